@@ -1,0 +1,46 @@
+"""pgbus-flask: durable, operable workflows for Flask apps."""
+
+from __future__ import annotations
+
+from . import engine as _engine
+from .errors import (
+    ActionNotAllowed,
+    ArgumentsNotSerializable,
+    ConfigError,
+    DatabaseUnavailable,
+    PgbusError,
+    SignalRefused,
+    StepNotDefined,
+    StepStalled,
+    SubjectConflict,
+    UnknownWorkflow,
+    WaitTimedOut,
+    WorkflowNotFound,
+)
+from .extension import PgBus
+from .handle import Run
+from .workflow import Workflow, step
+
+
+def default_engine_is_unset() -> bool:
+    return _engine._default is None
+
+
+__all__ = [
+    "ActionNotAllowed",
+    "ArgumentsNotSerializable",
+    "ConfigError",
+    "DatabaseUnavailable",
+    "PgBus",
+    "PgbusError",
+    "Run",
+    "SignalRefused",
+    "StepNotDefined",
+    "StepStalled",
+    "SubjectConflict",
+    "UnknownWorkflow",
+    "WaitTimedOut",
+    "Workflow",
+    "WorkflowNotFound",
+    "step",
+]

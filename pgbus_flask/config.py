@@ -1,0 +1,261 @@
+"""Every ``PGBUS_*`` setting: its default, its meaning, and how it is checked.
+
+This module is the one source of truth for configuration keys. Values come
+from ``app.config`` (Flask), keyword arguments to :class:`~pgbus_flask.PgBus`
+(``database_url=...``), or the environment (``pgbus-worker`` without an app).
+A bad value fails at start-up with :class:`~pgbus_flask.errors.ConfigError`
+naming the key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+from .errors import ConfigError
+
+#: Locales the dashboard ships catalogs for.
+SHIPPED_LOCALES: tuple[str, ...] = ("en", "de", "ja")
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    default: Any
+    meaning: str
+    kind: str  # how the value is parsed and checked: see _parse
+
+
+KEYS: tuple[Key, ...] = (
+    Key("PGBUS_DATABASE_URL", None, "PostgreSQL URL holding all workflow state (postgresql://...)", "pg_url"),
+    Key("PGBUS_REDIS_URL", None, "Redis URL for RQ's queues (redis://, rediss:// or unix://)", "redis_url"),
+    Key("PGBUS_QUEUE", "pgbus", "RQ queue for step jobs when neither the class nor the step names one", "name"),
+    Key("PGBUS_POOL_SIZE", 5, "most PostgreSQL connections one process keeps open", "pos_int"),
+    Key("PGBUS_STALL_THRESHOLD", timedelta(minutes=5),
+        "a scheduled step due longer than this is overdue (the sweep resends it)", "duration"),
+    Key("PGBUS_WAITING_THRESHOLD", None,
+        "a step without wait_timeout waiting longer than this needs attention (None: never)", "opt_duration"),
+    Key("PGBUS_STEP_TIMEOUT", timedelta(minutes=10),
+        "default stall deadline of a step attempt, and RQ's job timeout", "duration"),
+    Key("PGBUS_SWEEP_INTERVAL", timedelta(seconds=30), "how often each worker runs the sweep", "duration"),
+    Key("PGBUS_RETENTION", timedelta(days=30),
+        "finished and cancelled runs older than this are deleted by the sweep (None: keep)", "opt_duration"),
+    Key("PGBUS_WORKER_CLASS", "pgbus_flask.worker.runner.PgbusWorker",
+        "dotted path of the RQ worker class pgbus-worker runs", "name"),
+    Key("PGBUS_DASHBOARD_PREFIX", "/pgbus", "URL prefix of the dashboard blueprint (None: no dashboard)", "prefix"),
+    Key("PGBUS_DASHBOARD_AUTH", None,
+        "callable(request) -> actor name, or None/False to refuse; without it the dashboard is debug/testing only",
+        "opt_callable"),
+    Key("PGBUS_DASHBOARD_PUBLIC", False, "serve the dashboard without PGBUS_DASHBOARD_AUTH (actor 'anonymous')",
+        "bool"),
+    Key("PGBUS_SUBJECT_URL", None, "callable(subject_type, subject_id) -> URL of the subject's page", "opt_callable"),
+    Key("PGBUS_APP_REVISION", None, "the app's revision, recorded on every attempt (e.g. a git sha)", "opt_str"),
+    Key("PGBUS_LOCALES", SHIPPED_LOCALES, "locales the dashboard offers, among the shipped ones", "locales"),
+    Key("PGBUS_DEFAULT_LOCALE", "en", "locale when the viewer asks for none the dashboard offers", "locale"),
+    Key("PGBUS_TIMEZONE", "UTC", "timezone the dashboard shows times in", "timezone"),
+    Key("PGBUS_IMPORT", (), "modules to import so their workflows register (comma-separated in the environment)",
+        "modules"),
+)
+
+KEYS_BY_NAME: dict[str, Key] = {key.name: key for key in KEYS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The checked configuration of one engine (one app, or one standalone bus)."""
+
+    database_url: str | None
+    redis_url: str | None
+    queue: str
+    pool_size: int
+    stall_threshold: timedelta
+    waiting_threshold: timedelta | None
+    step_timeout: timedelta
+    sweep_interval: timedelta
+    retention: timedelta | None
+    worker_class: str
+    dashboard_prefix: str | None
+    dashboard_auth: Callable[..., Any] | None
+    dashboard_public: bool
+    subject_url: Callable[[str, str], Any] | None
+    app_revision: str | None
+    locales: tuple[str, ...]
+    default_locale: str
+    timezone: str
+    imports: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def load(cls, values: Mapping[str, Any]) -> Settings:
+        """Build settings from ``PGBUS_*`` values; missing keys take their defaults."""
+        unknown = [name for name in values if name.startswith("PGBUS_") and name not in KEYS_BY_NAME]
+        # PGBUS_TEST_* belong to the test suite, not the engine.
+        unknown = [name for name in unknown if not name.startswith("PGBUS_TEST_")]
+        if unknown:
+            raise ConfigError(unknown[0], "unknown setting (known: " + ", ".join(KEYS_BY_NAME) + ")")
+        parsed = {key.name: _parse(key, values.get(key.name, key.default)) for key in KEYS}
+        if parsed["PGBUS_DEFAULT_LOCALE"] not in parsed["PGBUS_LOCALES"]:
+            raise ConfigError("PGBUS_DEFAULT_LOCALE", "must be one of PGBUS_LOCALES")
+        return cls(
+            database_url=parsed["PGBUS_DATABASE_URL"],
+            redis_url=parsed["PGBUS_REDIS_URL"],
+            queue=parsed["PGBUS_QUEUE"],
+            pool_size=parsed["PGBUS_POOL_SIZE"],
+            stall_threshold=parsed["PGBUS_STALL_THRESHOLD"],
+            waiting_threshold=parsed["PGBUS_WAITING_THRESHOLD"],
+            step_timeout=parsed["PGBUS_STEP_TIMEOUT"],
+            sweep_interval=parsed["PGBUS_SWEEP_INTERVAL"],
+            retention=parsed["PGBUS_RETENTION"],
+            worker_class=parsed["PGBUS_WORKER_CLASS"],
+            dashboard_prefix=parsed["PGBUS_DASHBOARD_PREFIX"],
+            dashboard_auth=parsed["PGBUS_DASHBOARD_AUTH"],
+            dashboard_public=parsed["PGBUS_DASHBOARD_PUBLIC"],
+            subject_url=parsed["PGBUS_SUBJECT_URL"],
+            app_revision=parsed["PGBUS_APP_REVISION"],
+            locales=parsed["PGBUS_LOCALES"],
+            default_locale=parsed["PGBUS_DEFAULT_LOCALE"],
+            timezone=parsed["PGBUS_TIMEZONE"],
+            imports=parsed["PGBUS_IMPORT"],
+        )
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from ``PGBUS_*`` environment variables, then ``overrides``."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {k: v for k, v in env.items() if k in KEYS_BY_NAME}
+        values.update(overrides)
+        return cls.load(values)
+
+    def require_urls(self) -> None:
+        """Fail unless both service URLs are set: the engine needs them to run."""
+        if not self.database_url:
+            raise ConfigError("PGBUS_DATABASE_URL", "is not set")
+        if not self.redis_url:
+            raise ConfigError("PGBUS_REDIS_URL", "is not set")
+
+
+def keyword_values(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``database_url=...`` keyword arguments as ``PGBUS_DATABASE_URL`` values."""
+    values = {}
+    for name, value in kwargs.items():
+        key = "PGBUS_" + name.upper()
+        if key not in KEYS_BY_NAME:
+            raise ConfigError(key, f"unknown setting (from keyword argument {name!r})")
+        values[key] = value
+    return values
+
+
+def _seconds(name: str, value: Any) -> timedelta:
+    if isinstance(value, timedelta):
+        result = value
+    elif isinstance(value, bool):
+        raise ConfigError(name, f"must be a duration, got {value!r}")
+    elif isinstance(value, (int, float)):
+        result = timedelta(seconds=value)
+    elif isinstance(value, str):
+        try:
+            result = timedelta(seconds=float(value.strip()))
+        except ValueError:
+            raise ConfigError(name, f"must be a number of seconds, got {value!r}") from None
+    else:
+        raise ConfigError(name, f"must be a timedelta or seconds, got {value!r}")
+    if result <= timedelta(0):
+        raise ConfigError(name, f"must be positive, got {value!r}")
+    return result
+
+
+def _parse(key: Key, value: Any) -> Any:
+    name, kind = key.name, key.kind
+    if kind in ("opt_duration", "opt_str", "opt_callable") and (value is None or value == ""):
+        return None
+    if kind == "pg_url":
+        if value is None or value == "":
+            return None
+        parts = urlsplit(str(value))
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise ConfigError(name, f"must be a postgresql:// URL, got {value!r}")
+        return str(value)
+    if kind == "redis_url":
+        if value is None or value == "":
+            return None
+        parts = urlsplit(str(value))
+        if parts.scheme not in ("redis", "rediss", "unix"):
+            raise ConfigError(name, f"must be a redis://, rediss:// or unix:// URL, got {value!r}")
+        if parts.scheme != "unix" and not parts.hostname:
+            raise ConfigError(name, f"has no host: {value!r}")
+        try:
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError:
+            raise ConfigError(name, f"has a bad port: {value!r}") from None
+        return str(value)
+    if kind == "name":
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(name, f"must be a non-empty string, got {value!r}")
+        return value.strip()
+    if kind == "pos_int":
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(name, f"must be an integer, got {value!r}") from None
+        if number < 1:
+            raise ConfigError(name, f"must be at least 1, got {value!r}")
+        return number
+    if kind in ("duration", "opt_duration"):
+        return _seconds(name, value)
+    if kind == "prefix":
+        if value is None or value is False:
+            return None
+        text = str(value).rstrip("/")
+        if not text.startswith("/"):
+            raise ConfigError(name, f"must start with '/', got {value!r}")
+        return text
+    if kind == "opt_callable":
+        if isinstance(value, str):
+            value = _import_dotted(name, value)
+        if not callable(value):
+            raise ConfigError(name, f"must be callable, got {value!r}")
+        return value
+    if kind == "bool":
+        if isinstance(value, str):
+            return value.strip().lower() in ("1", "true", "yes", "on")
+        return bool(value)
+    if kind == "opt_str":
+        return str(value)
+    if kind == "locales":
+        items = tuple(_split(value))
+        bad = [item for item in items if item not in SHIPPED_LOCALES]
+        if bad or not items:
+            raise ConfigError(name, f"must name shipped locales ({', '.join(SHIPPED_LOCALES)}), got {value!r}")
+        return items
+    if kind == "locale":
+        return str(value)
+    if kind == "timezone":
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(str(value))
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(name, f"is not a known timezone: {value!r}") from None
+        return str(value)
+    if kind == "modules":
+        return tuple(_split(value))
+    raise AssertionError(kind)
+
+
+def _split(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return [str(part) for part in value]
+
+
+def _import_dotted(name: str, path: str) -> Any:
+    import importlib
+
+    module_name, _, attr = path.replace(":", ".").rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(name, f"cannot import {path!r}: {exc}") from None

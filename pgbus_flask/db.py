@@ -1,0 +1,152 @@
+"""PostgreSQL access: one connection pool per process, and transactions with
+after-commit callbacks.
+
+The pool is opened lazily in the process that uses it. After a fork (RQ's
+forking worker) the child opens its own pool: no connection crosses a fork.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import pq
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from .errors import DatabaseUnavailable, PgbusError
+
+log = logging.getLogger("pgbus_flask")
+
+# Pools left behind by a fork: kept referenced so that garbage collection in
+# the child never closes the parent's sockets.
+_ORPHANED_POOLS: list[ConnectionPool] = []
+
+
+class Transaction:
+    """One ``bus.transaction()`` block: its connection and its after-commit callbacks."""
+
+    def __init__(self, database: Database, conn: psycopg.Connection[Any], parent: Transaction | None) -> None:
+        self.database = database
+        self.conn = conn
+        self.parent = parent
+        self._callbacks: list[Callable[[], Any]] = []
+
+    def after_commit(self, callback: Callable[[], Any]) -> None:
+        """Run ``callback`` once the outermost transaction commits; never if this block rolls back."""
+        self._callbacks.append(callback)
+
+    def execute(self, query: Any, params: Any = None) -> psycopg.Cursor[Any]:
+        """Run a statement on this transaction's connection (rows as dicts)."""
+        cur = self.conn.cursor(row_factory=dict_row)
+        return cur.execute(query, params)
+
+
+_current: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar("pgbus_transaction", default=None)
+
+
+class Database:
+    """A lazily opened, fork-aware psycopg pool for one database URL."""
+
+    def __init__(self, url: str, *, max_size: int = 5) -> None:
+        self.url = url
+        self.max_size = max_size
+        self._pool: ConnectionPool | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    @property
+    def pool(self) -> ConnectionPool:
+        if self._pool is None or self._pid != os.getpid():
+            with self._lock:
+                if self._pool is not None and self._pid != os.getpid():
+                    _ORPHANED_POOLS.append(self._pool)
+                    self._pool = None
+                if self._pool is None:
+                    self._pool = ConnectionPool(
+                        self.url, min_size=1, max_size=self.max_size, open=False,
+                        kwargs={"autocommit": True}, timeout=10, name="pgbus",
+                    )
+                    self._pool.open(wait=False)
+                    self._pid = os.getpid()
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None and self._pid == os.getpid():
+            self._pool.close()
+        self._pool = None
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled autocommit connection; PostgreSQL errors of reach become DatabaseUnavailable."""
+        try:
+            with self.pool.connection() as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise DatabaseUnavailable(f"PostgreSQL is unreachable: {exc}") from exc
+        except psycopg.OperationalError as exc:
+            raise DatabaseUnavailable(f"PostgreSQL is unreachable: {exc}") from exc
+
+    @contextmanager
+    def transaction(self, conn: psycopg.Connection[Any] | None = None) -> Iterator[Transaction]:
+        """A transaction block with ``after_commit`` callbacks.
+
+        Inside another block of this database (same connection or none given)
+        it is a savepoint: its callbacks join the outer block's if it succeeds,
+        and are dropped if it rolls back. The outermost block commits, then
+        runs the callbacks in order; a callback that raises is logged and the
+        rest still run.
+
+        :param conn: a psycopg connection the application owns. The block is
+            the application's transaction on it: the application's own writes
+            in the block commit or roll back with the workflow rows.
+        """
+        outer = _current.get()
+        if outer is not None and outer.database is self and (conn is None or conn is outer.conn):
+            with outer.conn.transaction():
+                tx = Transaction(self, outer.conn, outer)
+                token = _current.set(tx)
+                try:
+                    yield tx
+                finally:
+                    _current.reset(token)
+            # The savepoint was released: its callbacks now ride on the outer block.
+            outer._callbacks.extend(tx._callbacks)
+            return
+        if conn is not None:
+            if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                raise PgbusError(
+                    "the connection given to transaction() is already inside a transaction, so pgbus cannot "
+                    "know when it commits: open bus.transaction(conn=...) where the transaction begins"
+                )
+            with self._outermost(conn) as tx:
+                yield tx
+            return
+        with self.connection() as pooled, self._outermost(pooled) as tx:
+            yield tx
+
+    @contextmanager
+    def _outermost(self, conn: psycopg.Connection[Any]) -> Iterator[Transaction]:
+        tx = Transaction(self, conn, None)
+        token = _current.set(tx)
+        try:
+            with conn.transaction():
+                yield tx
+        finally:
+            _current.reset(token)
+        for callback in tx._callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("pgbus after-commit callback %r failed", callback)
+
+
+def current_transaction() -> Transaction | None:
+    """The innermost open ``transaction()`` block of this context, if any."""
+    return _current.get()

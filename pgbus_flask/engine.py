@@ -1,0 +1,138 @@
+"""The engine: one set of settings with its PostgreSQL pool and Redis connection.
+
+``PgBus(app)`` makes one per Flask app (kept in ``app.extensions["pgbus"]``);
+``PgBus(database_url=..., redis_url=...)`` makes a standalone one; the
+worker makes one from the environment or from its app. Job functions find
+theirs through :func:`resolve_engine`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from redis import Redis
+from rq import Queue
+
+from .config import Settings
+from .db import Database
+from .errors import PgbusError
+
+log = logging.getLogger("pgbus_flask")
+
+STEP_JOB = "pgbus_flask.jobs.run_step"
+CHILD_JOB = "pgbus_flask.jobs.run_child"
+# RQ's own job timeout sits a little past the stall deadline, so the sweep
+# (not RQ) is what declares an attempt stalled.
+JOB_TIMEOUT_MARGIN = 30
+
+_default: Engine | None = None
+
+
+class Engine:
+    """Settings, a PostgreSQL pool and a Redis connection, for one app or process."""
+
+    def __init__(self, settings: Settings) -> None:
+        settings.require_urls()
+        self.settings = settings
+        assert settings.database_url is not None
+        self.db = Database(settings.database_url, max_size=settings.pool_size)
+        self._redis: Redis | None = None
+        self._queues: dict[str, Queue] = {}
+        # Tests replace this to deliver every job several times.
+        self.deliveries = 1
+
+    @property
+    def redis(self) -> Redis:
+        if self._redis is None:
+            url = self.settings.redis_url
+            assert url is not None
+            self._redis = Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30, health_check_interval=30)
+        return self._redis
+
+    def queue(self, name: str) -> Queue:
+        queue = self._queues.get(name)
+        if queue is None:
+            queue = self._queues[name] = Queue(name, connection=self.redis)
+        return queue
+
+    def queue_names(self) -> list[str]:
+        """The default queue and every queue a registered workflow names, for the worker to listen on."""
+        from .workflow import registry
+
+        names = [self.settings.queue]
+        for klass in registry().values():
+            for name in [klass.queue, *(s.queue for s in klass.steps)]:
+                if name and name not in names:
+                    names.append(name)
+        return names
+
+    def close(self) -> None:
+        self.db.close()
+        if self._redis is not None:
+            self._redis.close()
+            self._redis = None
+
+    def make_default(self) -> Engine:
+        global _default
+        _default = self
+        return self
+
+    # -- sending jobs (only ever from after-commit callbacks) -----------
+
+    def send_step(
+        self, step_id: int, job_id: str, queue: str, at: datetime | None, at_front: bool, timeout: timedelta
+    ) -> None:
+        """Enqueue the step job for ``step_id``; a failure is logged and the sweep resends later."""
+        try:
+            q = self.queue(queue)
+            options: dict[str, Any] = {
+                "args": (step_id,),
+                "job_timeout": int(timeout.total_seconds()) + JOB_TIMEOUT_MARGIN,
+                "result_ttl": 0,
+                "failure_ttl": 7 * 24 * 3600,
+                "description": f"pgbus step {step_id}",
+            }
+            future = at is not None and at > datetime.now(timezone.utc)
+            for delivery in range(self.deliveries):
+                jid = job_id if delivery == 0 else f"{job_id}-{delivery}"
+                if future:
+                    q.enqueue_at(at, STEP_JOB, job_id=jid, **options)
+                else:
+                    q.enqueue(STEP_JOB, job_id=jid, at_front=at_front, **options)
+        except Exception:
+            log.exception("pgbus: step %s could not be enqueued on %r; the sweep will resend it", step_id, queue)
+
+    def send_children(self, batch_id: int, queue: str, children: Iterable[tuple[int, str]]) -> None:
+        """Enqueue fan-out children ``(position, job_id)``; a failure is logged, the sweep resends."""
+        try:
+            q = self.queue(queue)
+            for position, job_id in children:
+                for delivery in range(self.deliveries):
+                    jid = job_id if delivery == 0 else f"{job_id}-{delivery}"
+                    q.enqueue_call(CHILD_JOB, args=(batch_id, position), job_id=jid, result_ttl=24 * 3600,
+                                   failure_ttl=7 * 24 * 3600, timeout=int(self.settings.step_timeout.total_seconds()),
+                                   description=f"pgbus batch {batch_id} child {position}")
+        except Exception:
+            log.exception("pgbus: children of batch %s could not be enqueued; the sweep will resend them", batch_id)
+
+
+def resolve_engine(bus: Any = None) -> Engine:
+    """The engine to act on: ``bus`` if given (an Engine or PgBus), else the current
+    Flask app's, else the process default (the worker's, or the last standalone bus).
+    """
+    if bus is not None:
+        return bus if isinstance(bus, Engine) else bus.engine
+    try:
+        from flask import current_app
+
+        state = current_app.extensions.get("pgbus")
+    except RuntimeError:
+        state = None
+    if state is not None:
+        return state  # type: ignore[no-any-return]
+    if _default is None:
+        raise PgbusError("no pgbus engine: create PgBus(app) or PgBus(database_url=..., redis_url=...) first")
+    return _default

@@ -1,0 +1,98 @@
+"""Every exception pgbus-flask raises, under one base class."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class PgbusError(Exception):
+    """Base class of every pgbus-flask error."""
+
+
+class ConfigError(PgbusError):
+    """A ``PGBUS_*`` setting has a bad value."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        self.key = key
+        super().__init__(f"{key} {problem}")
+
+
+class DatabaseUnavailable(PgbusError):
+    """PostgreSQL could not be reached."""
+
+
+class QueueUnavailable(PgbusError):
+    """Redis could not be reached."""
+
+
+class WorkflowNotFound(PgbusError):
+    """No run has this workflow id."""
+
+    def __init__(self, workflow_id: object) -> None:
+        self.workflow_id = workflow_id
+        super().__init__(f"no workflow run with id {workflow_id}")
+
+
+class UnknownWorkflow(PgbusError):
+    """No workflow class is registered under this name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"workflow class {name!r} is not registered here (is its module in PGBUS_IMPORT?)")
+
+
+class DefinitionError(PgbusError):
+    """A workflow class or step is declared wrongly."""
+
+
+class ArgumentsNotSerializable(PgbusError):
+    """A value cannot be stored (only JSON, datetime, date, Decimal and UUID can)."""
+
+
+class SubjectConflict(PgbusError):
+    """The subject already has an ongoing run of this workflow class."""
+
+    def __init__(self, workflow_class: str, subject: tuple[str, str], existing: object = None) -> None:
+        self.workflow_class = workflow_class
+        self.subject = subject
+        self.existing = existing
+        where = f" (run {existing})" if existing else ""
+        super().__init__(f"{subject[0]} {subject[1]} already has an ongoing {workflow_class} run{where}")
+
+
+class ActionNotAllowed(PgbusError):
+    """A verb was called that the run's status does not allow now."""
+
+    def __init__(self, action: str, status: str, allowed: Iterable[str], detail: str | None = None) -> None:
+        self.action = action
+        self.status = status
+        self.allowed = tuple(allowed)
+        listed = ", ".join(self.allowed) if self.allowed else "none"
+        extra = f" ({detail})" if detail else ""
+        super().__init__(f"cannot {action} a {status} run{extra}; allowed now: {listed}")
+
+
+class StepNotDefined(PgbusError):
+    """A verb names a step the workflow class does not have (any longer)."""
+
+    def __init__(self, workflow_class: str, step_name: str, known: Iterable[str] = ()) -> None:
+        self.workflow_class = workflow_class
+        self.step_name = step_name
+        names = ", ".join(known)
+        super().__init__(f"{workflow_class} has no step {step_name!r}" + (f" (steps: {names})" if names else ""))
+
+
+class SignalRefused(PgbusError):
+    """A signal cannot be stored: bad name or payload, or the run has ended."""
+
+
+class StepStalled(PgbusError):
+    """The attempt ran past its stall deadline (its worker probably died)."""
+
+
+class WaitTimedOut(PgbusError):
+    """The step waited longer than its ``wait_timeout`` for its signal."""
+
+
+class ChildJobFailed(PgbusError):
+    """A fan-out child job failed, and the step fails with it."""

@@ -1,0 +1,86 @@
+"""``PgBus``: the Flask extension (and the standalone entry point)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from .config import Settings, keyword_values
+from .db import Transaction
+from .engine import Engine, resolve_engine
+
+if TYPE_CHECKING:
+    from flask import Flask
+
+    from .handle import Run
+
+
+class PgBus:
+    """Durable workflows for a Flask app.
+
+    ``PgBus(app)`` or ``bus = PgBus(); bus.init_app(app)`` (several apps
+    may share one ``PgBus``: each gets its own engine in
+    ``app.extensions["pgbus"]``). ``PgBus(database_url=..., redis_url=...)``
+    works without Flask. Keyword settings are the ``PGBUS_*`` keys in lower
+    case without the prefix, and win over ``app.config``.
+    """
+
+    def __init__(self, app: Flask | None = None, **settings: Any) -> None:
+        self._overrides = keyword_values(settings)
+        self._standalone: Engine | None = None
+        if app is not None:
+            self.init_app(app)
+        elif self._overrides.get("PGBUS_DATABASE_URL") or self._overrides.get("PGBUS_REDIS_URL"):
+            self._standalone = Engine(Settings.load(self._overrides)).make_default()
+
+    def init_app(self, app: Flask) -> None:
+        values = {k: v for k, v in app.config.items() if k.startswith("PGBUS_")}
+        values.update(self._overrides)
+        engine = Engine(Settings.load(values))
+        app.extensions["pgbus"] = engine
+        from . import default_engine_is_unset
+
+        if default_engine_is_unset():
+            engine.make_default()
+        from .cli import pgbus_cli
+
+        app.cli.add_command(pgbus_cli)
+        if engine.settings.dashboard_prefix:
+            from .web import make_blueprint
+
+            app.register_blueprint(make_blueprint(engine), url_prefix=engine.settings.dashboard_prefix)
+
+    @property
+    def engine(self) -> Engine:
+        """This bus's engine: the current app's, or the standalone one."""
+        if self._standalone is not None:
+            return self._standalone
+        return resolve_engine()
+
+    @contextmanager
+    def transaction(self, conn: Any = None) -> Iterator[Transaction]:
+        """See :meth:`pgbus_flask.db.Database.transaction`."""
+        with self.engine.db.transaction(conn) as tx:
+            yield tx
+
+    def run(self, workflow_id: Any) -> Run:
+        """The handle of one run (WorkflowNotFound if there is none)."""
+        from .handle import Run
+
+        return Run(self.engine, workflow_id)
+
+    def migrate(self) -> list[str]:
+        """Apply missing migrations; returns the versions applied."""
+        from .migrate import migrate
+
+        return migrate(self.engine.db)
+
+    def sweep(self) -> Any:
+        """Run the sweep once (see :mod:`pgbus_flask.sweep`)."""
+        from .sweep import sweep
+
+        return sweep(self.engine)
+
+    def close(self) -> None:
+        self.engine.close()

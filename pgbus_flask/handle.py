@@ -1,0 +1,178 @@
+"""The run handle: ``bus.run(workflow_id)`` or what ``start()`` returns.
+
+Its attributes (``status``, ``current_step``, ``available_actions`` ...) are
+a snapshot taken when the handle was made or last refreshed; every verb
+refreshes it. Lists that cost a query (``steps()``, ``events()`` ...) are
+methods.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from . import payload, runner
+from .engine import Engine
+from .errors import WorkflowNotFound
+from .runner import ResumePlan, Row, SignalResult
+
+
+def _uuid(value: Any) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise WorkflowNotFound(value) from None
+
+
+class Run:
+    """One workflow run."""
+
+    def __init__(self, engine: Engine, workflow_id: Any) -> None:
+        self.engine = engine
+        self.workflow_id = _uuid(workflow_id)
+        self.refresh()
+
+    def __repr__(self) -> str:
+        return f"<Run {self.workflow_class} {self.workflow_id} {self.status}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Run) and other.workflow_id == self.workflow_id
+
+    def __hash__(self) -> int:
+        return hash(self.workflow_id)
+
+    def refresh(self) -> Run:
+        """Read the run's row and latest step again."""
+        with self.engine.db.connection() as conn:
+            row = runner._q(conn, "SELECT *, now() AS db_now FROM pgbus_workflows WHERE workflow_id = %s",
+                            (self.workflow_id,)).fetchone()
+            if row is None:
+                raise WorkflowNotFound(self.workflow_id)
+            self.row: Row = row
+            self.latest_step: Row | None = runner.latest_step(conn, self.workflow_id)
+        self.klass = runner.load_class(self.engine, row["workflow_class"])
+        return self
+
+    # -- the snapshot ---------------------------------------------------------
+
+    @property
+    def status(self) -> str:
+        return str(self.row["status"])
+
+    @property
+    def workflow_class(self) -> str:
+        return str(self.row["workflow_class"])
+
+    @property
+    def current_step(self) -> str:
+        return str(self.row["current_step"])
+
+    @property
+    def subject(self) -> tuple[str, str] | None:
+        return (self.row["subject_type"], self.row["subject_id"]) if self.row["subject_type"] else None
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        return payload.from_json(self.row["arguments"])  # type: ignore[no-any-return]
+
+    @property
+    def class_loaded(self) -> bool:
+        return self.klass is not None
+
+    @property
+    def definition_outdated(self) -> bool:
+        """True when the run started on a different step list or options than its class declares now."""
+        return self.klass is not None and self.klass.definition_digest != self.row["definition_digest"]
+
+    @property
+    def available_actions(self) -> list[str]:
+        return runner.available_actions(self.row, self.latest_step, self.class_loaded, self.row["db_now"])
+
+    def resume_plan(self) -> ResumePlan | None:
+        """What ``resume()`` would do now (None unless paused)."""
+        return runner.resume_plan(self.row, self.latest_step, self.klass)
+
+    # -- reads that query -------------------------------------------------------
+
+    def _rows(self, sql: str) -> list[Row]:
+        with self.engine.db.connection() as conn:
+            return list(runner._q(conn, sql, (self.workflow_id,)).fetchall())
+
+    def steps(self) -> list[Row]:
+        """Every attempt, oldest first."""
+        return self._rows("SELECT * FROM pgbus_workflow_steps WHERE workflow_id = %s ORDER BY id")
+
+    def events(self) -> list[Row]:
+        """The audit trail, oldest first."""
+        return self._rows("SELECT * FROM pgbus_workflow_events WHERE workflow_id = %s ORDER BY id")
+
+    def signals(self) -> list[Row]:
+        return self._rows("SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s ORDER BY id")
+
+    def batches(self) -> list[Row]:
+        return self._rows("SELECT * FROM pgbus_batches WHERE workflow_id = %s ORDER BY id")
+
+    def outputs(self) -> dict[str, Any]:
+        """``{step_name: output}`` of each step's latest completed attempt."""
+        rows = self._rows(
+            "SELECT step_name, output FROM pgbus_workflow_steps WHERE workflow_id = %s AND status = 'completed'"
+            " ORDER BY attempt, id"
+        )
+        return {row["step_name"]: payload.from_json(row["output"]) for row in rows}
+
+    # -- verbs --------------------------------------------------------------------
+
+    def _done(self) -> Run:
+        return self.refresh()
+
+    def pause(self, *, actor: str = "app", reason: str | None = None) -> Run:
+        runner.pause(self.engine, self.workflow_id, actor=actor, reason=reason)
+        return self._done()
+
+    def resume(self, *, actor: str = "app", reason: str | None = None) -> ResumePlan:
+        plan = runner.resume(self.engine, self.workflow_id, actor=actor, reason=reason)
+        self._done()
+        return plan
+
+    def resume_at(self, step: str, *, actor: str = "app", reason: str | None = None) -> Run:
+        runner.resume_at(self.engine, self.workflow_id, step, actor=actor, reason=reason)
+        return self._done()
+
+    def run_now(self, *, actor: str = "app", reason: str | None = None) -> Run:
+        runner.run_now(self.engine, self.workflow_id, actor=actor, reason=reason)
+        return self._done()
+
+    def reschedule(self, at: datetime, *, actor: str = "app", reason: str | None = None) -> Run:
+        runner.reschedule(self.engine, self.workflow_id, at, actor=actor, reason=reason)
+        return self._done()
+
+    def skip(self, *, actor: str = "app", reason: str | None = None) -> Run:
+        runner.skip(self.engine, self.workflow_id, actor=actor, reason=reason)
+        return self._done()
+
+    def rerun(self, step: str | None = None, *, actor: str = "app", reason: str | None = None) -> Run:
+        runner.rerun(self.engine, self.workflow_id, step, actor=actor, reason=reason)
+        return self._done()
+
+    def cancel(self, *, actor: str = "app", reason: str | None = None) -> Run:
+        runner.cancel(self.engine, self.workflow_id, actor=actor, reason=reason)
+        return self._done()
+
+    def signal(self, name: str, payload: Any = None, *, idempotency_key: str | None = None, actor: str = "app",
+               reason: str | None = None) -> SignalResult:
+        result = runner.send_signal(self.engine, self.workflow_id, name, payload, idempotency_key=idempotency_key,
+                                    actor=actor, reason=reason)
+        self._done()
+        return result
+
+    def act(self, action: str, *, actor: str = "app", reason: str | None = None, **params: Any) -> Any:
+        """Call the verb named ``action`` (what the CLI and the dashboard use)."""
+        from .errors import PgbusError
+        from .states import ACTIONS
+
+        if action not in ACTIONS:
+            raise PgbusError(f"unknown action {action!r} (known: {', '.join(ACTIONS)})")
+        return getattr(self, action)(actor=actor, reason=reason, **params)

@@ -1,0 +1,38 @@
+"""The RQ job functions (RQ finds them by dotted path): a step attempt and a fan-out child."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rq import get_current_job
+from rq.utils import import_attribute
+
+from . import payload, runner
+from .engine import resolve_engine
+
+
+def run_step(step_id: int) -> None:
+    """One delivery of a step: a no-op unless the step is due, scheduled and its run ready."""
+    job = get_current_job()
+    runner.run_attempt(resolve_engine(), step_id, job.id if job else None)
+
+
+def run_child(batch_id: int, position: int) -> None:
+    """One fan-out child: run its function, record its result or error once."""
+    engine = resolve_engine()
+    with engine.db.connection() as conn:
+        row = conn.execute(
+            "SELECT c.args, c.status, b.func FROM pgbus_batch_children c JOIN pgbus_batches b ON b.id = c.batch_id"
+            " WHERE c.batch_id = %s AND c.position = %s",
+            (batch_id, position),
+        ).fetchone()
+    if row is None or row[1] != "pending":
+        return  # unknown, or a redelivery of a child already recorded
+    args, func_path = payload.from_json(row[0]), row[2]
+    try:
+        func: Any = import_attribute(func_path)
+        result = func(*args)
+    except Exception as exc:
+        runner.record_child(engine, batch_id, position, error=exc)
+        return
+    runner.record_child(engine, batch_id, position, result=result)

@@ -1,0 +1,59 @@
+"""The one source of truth for every list: statuses, events, actions, stuck reasons."""
+
+from __future__ import annotations
+
+RUN_STATUSES = ("ready", "running", "waiting", "paused", "finished", "cancelled")
+ONGOING = ("ready", "running", "waiting", "paused")
+TERMINAL = ("finished", "cancelled")
+
+STEP_STATUSES = ("scheduled", "in_progress", "waiting", "completed", "failed", "skipped", "cancelled")
+OPEN_STEP = ("scheduled", "in_progress", "waiting")
+
+SIGNAL_STATUSES = ("pending", "claimed", "consumed")
+CHILD_STATUSES = ("pending", "done", "failed")
+
+ON_ERROR = ("pause", "reattempt", "cancel", "skip")
+ON_TIMEOUT = ("fail", "skip", "continue")
+ON_CHILD_FAILURE = ("fail", "ignore")
+
+EVENTS = (
+    "started", "step_scheduled", "step_started", "step_completed", "step_failed", "step_skipped",
+    "step_reattempted", "paused", "resumed", "cancelled", "finished", "run_now", "rescheduled", "rerun",
+    "stall_detected", "late_completion_ignored", "signal_received", "signal_claimed", "step_waiting",
+    "wait_timed_out", "fan_out_opened", "fan_out_finished",
+)
+
+#: Every outside verb, in the order the dashboard shows them.
+ACTIONS = ("resume", "resume_at", "run_now", "reschedule", "skip", "rerun", "pause", "cancel", "signal")
+
+#: Which run statuses allow each verb (run_now also needs a future step).
+ALLOWED_FROM: dict[str, tuple[str, ...]] = {
+    "pause": ("ready", "running", "waiting"),
+    "resume": ("paused",),
+    "resume_at": ONGOING,
+    "run_now": ("ready",),
+    "reschedule": ("ready",),
+    "skip": ("ready", "waiting", "paused"),
+    "rerun": TERMINAL,
+    "cancel": ONGOING,
+    "signal": ONGOING,
+}
+
+#: Verbs that need the workflow class importable here (its step list).
+CLASS_ACTIONS = ("resume", "resume_at", "rerun", "skip")
+
+#: What the resume plan can decide (see runner.resume_plan).
+RESUME_ACTIONS = ("retry", "continue", "finish", "keep_waiting", "run", "let_finish")
+
+STUCK_REASONS = ("stalled", "paused_error", "paused_manual", "overdue", "waiting_overdue")
+BULK_ACTIONS = ("resume", "skip", "cancel")
+
+#: The error class recorded for a stalled attempt (the stuck reason "stalled" looks for it).
+STALLED_ERROR = "pgbus_flask.errors.StepStalled"
+WAIT_TIMEOUT_ERROR = "pgbus_flask.errors.WaitTimedOut"
+
+#: Strings stored in events and errors are capped at these lengths.
+REASON_LIMIT = 1_000
+DETAIL_LIMIT = 1_000
+MESSAGE_LIMIT = 4_000
+BACKTRACE_LIMIT = 16_000

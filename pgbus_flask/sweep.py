@@ -1,0 +1,260 @@
+"""The sweep: what no job will do by itself.
+
+Stalled attempts, overdue scheduled steps, expired waits, fan-out children
+lost with their worker, and old terminal runs. One sweeper at a time across
+every machine (a PostgreSQL advisory lock); each part reads through a
+partial index, so its cost grows with what it finds, not with the tables.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import runner, states
+from .engine import Engine
+from .errors import StepStalled, WaitTimedOut, WorkflowNotFound
+
+log = logging.getLogger("pgbus_flask")
+
+#: The advisory lock key of the sweep ("pgbus-sweep").
+SWEEP_LOCK = 0x7067627573_02
+#: Rows each part handles per sweep (the rest wait for the next one).
+BATCH = 500
+#: Terminal runs deleted per statement, and statements per sweep.
+DELETE_BATCH = 500
+DELETE_ROUNDS = 20
+
+
+@dataclass
+class SweepReport:
+    """What one sweep did (``ran`` is False when another sweeper held the lock)."""
+
+    ran: bool = True
+    stalled: int = 0
+    resent: int = 0
+    wait_timeouts: int = 0
+    children_failed: int = 0
+    children_resent: int = 0
+    deleted_runs: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def total(self) -> int:
+        return (self.stalled + self.resent + self.wait_timeouts + self.children_failed + self.children_resent
+                + self.deleted_runs)
+
+
+def sweep(engine: Engine) -> SweepReport:
+    """Run every part of the sweep once, unless another sweeper holds the lock."""
+    with engine.db.connection() as lock_conn:
+        got = lock_conn.execute("SELECT pg_try_advisory_lock(%s)", (SWEEP_LOCK,)).fetchone()[0]  # type: ignore[index]
+        if not got:
+            return SweepReport(ran=False)
+        try:
+            report = SweepReport()
+            for part in (_stalled, _overdue, _expired_waits, _lost_children, _retention):
+                try:
+                    part(engine, report)
+                except Exception as exc:  # one part failing must not stop the others
+                    log.exception("pgbus sweep: %s failed", part.__name__)
+                    report.errors.append(f"{part.__name__}: {exc}")
+            return report
+        finally:
+            lock_conn.execute("SELECT pg_advisory_unlock(%s)", (SWEEP_LOCK,))
+
+
+def _ids(engine: Engine, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with engine.db.connection() as conn:
+        return list(conn.execute(sql, params).fetchall())
+
+
+def _stalled(engine: Engine, report: SweepReport) -> None:
+    rows = _ids(engine, "SELECT id, workflow_id FROM pgbus_workflow_steps WHERE status = 'in_progress'"
+                        " AND stall_at < now() ORDER BY stall_at LIMIT %s", (BATCH,))
+    for step_id, workflow_id in rows:
+        with engine.db.transaction() as tx:
+            try:
+                run = runner.lock_run(tx.conn, workflow_id)
+            except WorkflowNotFound:
+                continue
+            step = runner._q(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE id = %s AND status = 'in_progress'"
+                                      " AND stall_at < now()", (step_id,)).fetchone()
+            if step is None:
+                continue
+            exc = StepStalled(f"attempt {step['attempt']} of {step['step_name']} on {step['worker']} passed its "
+                              f"stall deadline {step['stall_at'].isoformat()} without an outcome")
+            runner.record_event(tx.conn, workflow_id, "stall_detected", "system", step=step,
+                                details={"worker": step["worker"], "stall_at": step["stall_at"]})
+            klass = runner.load_class(engine, run["workflow_class"])
+            runner.fail_attempt(engine, tx, run, klass, step, {"error_class": states.STALLED_ERROR,
+                                                               "error_message": str(exc), "backtrace": None},
+                                actor="system")
+            report.stalled += 1
+
+
+def _overdue(engine: Engine, report: SweepReport) -> None:
+    threshold = engine.settings.stall_threshold.total_seconds()
+    rows = _ids(
+        engine,
+        "SELECT s.id, s.workflow_id FROM pgbus_workflow_steps s"
+        " JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'ready'"
+        " WHERE s.status = 'scheduled' AND s.scheduled_at < now() - make_interval(secs => %s)"
+        " AND (s.enqueued_at IS NULL OR s.enqueued_at < now() - make_interval(secs => %s))"
+        " ORDER BY s.scheduled_at LIMIT %s",
+        (threshold, threshold, BATCH),
+    )
+    for step_id, workflow_id in rows:
+        with engine.db.transaction() as tx:
+            try:
+                run = runner.lock_run(tx.conn, workflow_id)
+            except WorkflowNotFound:
+                continue
+            if run["status"] != "ready":
+                continue  # a paused run's step waits for resume, which sends it
+            step = runner._q(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE id = %s AND status = 'scheduled'",
+                             (step_id,)).fetchone()
+            if step is None:
+                continue
+            if runner.resend_step(engine, tx, runner.load_class(engine, run["workflow_class"]), step) is not None:
+                report.resent += 1
+
+
+def _expired_waits(engine: Engine, report: SweepReport) -> None:
+    rows = _ids(engine, "SELECT s.id, s.workflow_id FROM pgbus_workflow_steps s"
+                        " JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'waiting'"
+                        " WHERE s.status = 'waiting' AND s.timeout_at IS NOT NULL AND s.timeout_at < now()"
+                        " ORDER BY s.timeout_at LIMIT %s", (BATCH,))
+    for step_id, workflow_id in rows:
+        with engine.db.transaction() as tx:
+            try:
+                run = runner.lock_run(tx.conn, workflow_id)
+            except WorkflowNotFound:
+                continue
+            if run["status"] != "waiting":
+                continue  # paused: the wait does not run out while paused
+            step = runner._q(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE id = %s AND status = 'waiting'"
+                                      " AND timeout_at < now()", (step_id,)).fetchone()
+            if step is None:
+                continue
+            if timed_out(engine, tx, run, step):
+                report.wait_timeouts += 1
+
+
+def timed_out(engine: Engine, tx: runner.Transaction, run: runner.Row, step: runner.Row) -> bool:
+    """Apply a waiting step's ``on_timeout``: fail (WaitTimedOut), skip, or continue without a signal."""
+    klass = runner.load_class(engine, run["workflow_class"])
+    spec = None
+    if klass is not None:
+        try:
+            spec = klass.step_spec(step["step_name"])
+        except Exception:
+            spec = None
+    on_timeout = spec.on_timeout if spec else "fail"
+    wid = run["workflow_id"]
+    runner.record_event(tx.conn, wid, "wait_timed_out", "system", step=step,
+                        details={"on_timeout": on_timeout, "timeout_at": step["timeout_at"]})
+    if on_timeout == "skip" and klass is not None:
+        skipped = runner.move_step(tx.conn, step["id"], ["waiting"], "skipped", finished_at=runner._now(tx),
+                                   outcome="timed_out")
+        runner.record_event(tx.conn, wid, "step_skipped", "system", reason="wait timed out", step=skipped)
+        runner.advance(engine, tx, run, klass, step["step_name"], actor="system")
+    elif on_timeout == "continue" and klass is not None:
+        woken = runner.move_step(tx.conn, step["id"], ["waiting"], "scheduled", wait_timed_out=True,
+                                 scheduled_at=runner._now(tx), enqueued_at=runner._now(tx), job_id=str(uuid.uuid4()))
+        runner.move_run(tx.conn, wid, ["waiting"], "ready")
+        if woken is not None:
+            runner._send_after_commit(engine, tx, klass, woken)
+    else:
+        exc = WaitTimedOut(f"no {spec.wait_for if spec else 'signal'} signal by {step['timeout_at'].isoformat()}")
+        runner.fail_attempt(engine, tx, run, klass, step, {"error_class": states.WAIT_TIMEOUT_ERROR,
+                                                           "error_message": str(exc), "backtrace": None},
+                            actor="system", open_from=("waiting",))
+    return True
+
+
+def _lost_children(engine: Engine, report: SweepReport) -> None:
+    """Pending children of open batches, sent longer than the stall threshold ago, whose RQ job
+    failed (its worker died) or no longer exists (Redis lost it): fail or resend them."""
+    from rq.exceptions import NoSuchJobError
+    from rq.job import Job, JobStatus
+
+    threshold = engine.settings.stall_threshold.total_seconds()
+    rows = _ids(
+        engine,
+        "SELECT c.batch_id, c.position, c.job_id, b.queue FROM pgbus_batches b"
+        " JOIN pgbus_batch_children c ON c.batch_id = b.id AND c.status = 'pending'"
+        " WHERE b.status = 'open' AND (c.enqueued_at IS NULL OR c.enqueued_at < now() - make_interval(secs => %s))"
+        " ORDER BY b.id, c.position LIMIT %s",
+        (threshold, BATCH),
+    )
+    resend: dict[tuple[int, str], list[tuple[int, str]]] = {}
+    for batch_id, position, job_id, queue in rows:
+        try:
+            status = Job.fetch(job_id, connection=engine.redis).get_status(refresh=False)
+        except NoSuchJobError:
+            status = None
+        if status in (JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED):
+            lost = ChildLost(f"child job {job_id} ended as {status.value} in RQ without recording a result"
+                             " (its worker probably died)")
+            if runner.record_child(engine, batch_id, position, error=lost):
+                report.children_failed += 1
+        elif status is None:
+            new_id = f"pgbus-child-{batch_id}-{position}-{uuid.uuid4().hex[:8]}"
+            with engine.db.connection() as conn:
+                moved = conn.execute(
+                    "UPDATE pgbus_batch_children SET job_id = %s, enqueued_at = now() WHERE batch_id = %s"
+                    " AND position = %s AND status = 'pending' RETURNING position",
+                    (new_id, batch_id, position),
+                ).fetchone()
+            if moved:
+                resend.setdefault((batch_id, queue), []).append((position, new_id))
+                report.children_resent += 1
+    for (batch_id, queue), children in resend.items():
+        engine.send_children(batch_id, queue, children)
+
+
+class ChildLost(Exception):
+    """A fan-out child's job ended in RQ without recording its result."""
+
+
+def _retention(engine: Engine, report: SweepReport) -> None:
+    retention = engine.settings.retention
+    if retention is None:
+        return
+    for _ in range(DELETE_ROUNDS):
+        with engine.db.connection() as conn:
+            deleted = conn.execute(
+                "DELETE FROM pgbus_workflows WHERE id IN (SELECT id FROM pgbus_workflows"
+                " WHERE status IN ('finished', 'cancelled') AND updated_at < now() - make_interval(secs => %s)"
+                " ORDER BY updated_at LIMIT %s)",
+                (retention.total_seconds(), DELETE_BATCH),
+            ).rowcount
+        report.deleted_runs += deleted
+        if deleted < DELETE_BATCH:
+            return
+
+
+class SweepThread(threading.Thread):
+    """Runs the sweep every ``PGBUS_SWEEP_INTERVAL`` in the background (inside each worker)."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(name="pgbus-sweep", daemon=True)
+        self.engine = engine
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        interval = self.engine.settings.sweep_interval.total_seconds()
+        while not self.stopping.wait(interval):
+            try:
+                report = sweep(self.engine)
+                if report.total():
+                    log.info("pgbus sweep: %s", report)
+            except Exception:  # PostgreSQL down: try again next interval
+                log.exception("pgbus sweep failed; retrying in %ss", interval)
+
+    def stop(self) -> None:
+        self.stopping.set()
+
