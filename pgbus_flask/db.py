@@ -94,6 +94,16 @@ class Database:
             raise DatabaseUnavailable(f"PostgreSQL is unreachable: {exc}") from exc
 
     @contextmanager
+    def reading(self) -> Iterator[psycopg.Connection[Any]]:
+        """The open transaction's connection (to read its own writes), else a pooled one."""
+        tx = _current.get()
+        if tx is not None and tx.database is self:
+            yield tx.conn
+            return
+        with self.connection() as conn:
+            yield conn
+
+    @contextmanager
     def transaction(self, conn: psycopg.Connection[Any] | None = None) -> Iterator[Transaction]:
         """A transaction block with ``after_commit`` callbacks.
 

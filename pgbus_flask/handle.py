@@ -46,7 +46,7 @@ class Run:
 
     def refresh(self) -> Run:
         """Read the run's row and latest step again."""
-        with self.engine.db.connection() as conn:
+        with self.engine.db.reading() as conn:
             row = runner._q(conn, "SELECT *, now() AS db_now FROM pgbus_workflows WHERE workflow_id = %s",
                             (self.workflow_id,)).fetchone()
             if row is None:
@@ -98,7 +98,7 @@ class Run:
     # -- reads that query -------------------------------------------------------
 
     def _rows(self, sql: str) -> list[Row]:
-        with self.engine.db.connection() as conn:
+        with self.engine.db.reading() as conn:
             return list(runner._q(conn, sql, (self.workflow_id,)).fetchall())
 
     def steps(self) -> list[Row]:

@@ -728,9 +728,7 @@ def send_signal(engine: Engine, workflow_id: Any, name: str, data: Any = None, *
     except ArgumentsNotSerializable as exc:
         raise SignalRefused(str(exc)) from None
     with engine.db.transaction() as tx:
-        run = lock_run(tx.conn, workflow_id)
-        if run["status"] in states.TERMINAL:
-            raise SignalRefused(f"run {workflow_id} is {run['status']}: signals go only to ongoing runs")
+        run, _latest, _klass = _check(engine, tx, "signal", workflow_id)
         row = _q(
             tx.conn,
             "INSERT INTO pgbus_workflow_signals (workflow_id, name, payload, idempotency_key, status, sent_by)"
@@ -836,6 +834,8 @@ def _check(engine: Engine, tx: Transaction, action: str, workflow_id: Any) -> tu
             detail = f"workflow class {run['workflow_class']} cannot be imported here"
         elif action == "run_now" and run["status"] == "ready":
             detail = "its step is already due"
+        elif action == "signal":
+            detail = "signals go only to ongoing runs"
         raise ActionNotAllowed(action, run["status"], allowed, detail)
     return run, latest, klass
 

@@ -1,0 +1,145 @@
+"""The dashboard's own Babel domain (``pgbus``): catalogs, locale choice, times.
+
+The blueprint never touches Flask-Babel's state: it loads its catalogs with
+:class:`babel.support.Translations` and hands its own ``_``/``gettext``/
+``ngettext`` to its templates through a blueprint context processor, so the
+host app's messages and ours never mix, with or without Flask-Babel.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone, tzinfo
+from functools import cache
+from importlib.resources import files
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from babel import Locale
+from babel.dates import format_datetime, format_timedelta
+from babel.numbers import format_decimal
+from babel.support import NullTranslations, Translations
+from flask import g, has_request_context, request
+from markupsafe import Markup, escape
+
+DOMAIN = "pgbus"
+LOCALE_COOKIE = "pgbus_locale"
+LOCALE_PARAM = "locale"
+
+
+def N_(message: str) -> str:
+    """Mark ``message`` for extraction without translating it (Babel's default ``N_`` keyword)."""
+    return message
+
+
+def catalog_dir() -> str:
+    """The folder holding ``<locale>/LC_MESSAGES/pgbus.mo`` (works for editable and wheel installs)."""
+    return str(files("pgbus_flask.translations"))
+
+
+@cache
+def translations_for(locale: str) -> NullTranslations:
+    """The compiled catalog of ``locale`` (an empty one when it is missing)."""
+    return Translations.load(catalog_dir(), [locale], domain=DOMAIN)
+
+
+def choose_locale(offered: tuple[str, ...], default: str) -> str:
+    """``?locale=``, then the cookie, then Accept-Language, among ``offered``; else ``default``."""
+    asked = request.args.get(LOCALE_PARAM)
+    if asked in offered:
+        return asked  # type: ignore[return-value]
+    cookie = request.cookies.get(LOCALE_COOKIE)
+    if cookie in offered:
+        return cookie  # type: ignore[return-value]
+    best = request.accept_languages.best_match(offered)
+    return best or default
+
+
+def current_locale() -> str:
+    """The locale of this request (``en`` outside a dashboard request)."""
+    if has_request_context():
+        return str(g.get("pgbus_locale", "en"))
+    return "en"
+
+
+def current_tz() -> tzinfo:
+    if has_request_context() and g.get("pgbus_tz") is not None:
+        return g.pgbus_tz  # type: ignore[no-any-return]
+    return timezone.utc
+
+
+def zone(name: str) -> tzinfo:
+    return timezone.utc if name == "UTC" else ZoneInfo(name)
+
+
+def gettext(message: str, **variables: Any) -> str:
+    """``message`` in the viewer's locale, ``%``-formatted with ``variables`` if given."""
+    text = translations_for(current_locale()).gettext(message)
+    return text % variables if variables else text
+
+
+_ = gettext
+
+
+def ngettext(singular: str, plural: str, num: int, **variables: Any) -> str:
+    """The plural form for ``num``; ``%(num)d`` is always available."""
+    text = translations_for(current_locale()).ngettext(singular, plural, num)
+    return text % {"num": num, **variables}
+
+
+def html(message: str, **variables: Any) -> Markup:
+    """Translate a message that receives HTML fragments: the message is escaped, then every
+    variable is escaped unless it is already :class:`Markup` (links, ``<code>``, ``<time>``)."""
+    return escape(translations_for(current_locale()).gettext(message)) % variables
+
+
+def nhtml(singular: str, plural: str, num: int, **variables: Any) -> Markup:
+    """:func:`html` with a plural form chosen by ``num`` (``%(num)d`` available)."""
+    text = translations_for(current_locale()).ngettext(singular, plural, num)
+    return escape(text) % {"num": num, **variables}
+
+
+def code(value: Any) -> Markup:
+    """``value`` as escaped ``<code>``."""
+    return Markup('<code class="pgbus-code">%s</code>') % value
+
+
+def number(value: int | float) -> str:
+    return format_decimal(value, locale=current_locale())
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def absolute(moment: datetime) -> str:
+    """``moment`` as a medium date and time in the viewer's locale and the configured timezone."""
+    return format_datetime(_aware(moment), "medium", tzinfo=current_tz(), locale=current_locale())
+
+
+def relative(moment: datetime, now: datetime) -> str:
+    """"3 minutes ago" / "in 5 minutes" in the viewer's locale."""
+    delta = _aware(moment) - _aware(now)
+    if abs(delta) < timedelta(seconds=1):
+        delta = timedelta(0)
+    return format_timedelta(delta, add_direction=True, threshold=1.0, locale=current_locale())
+
+
+def time_tag(moment: datetime | None, now: datetime) -> Markup:
+    """``<time datetime=ISO title=absolute>3 minutes ago</time>``; "—" for no time."""
+    if moment is None:
+        return Markup("—")
+    moment = _aware(moment)
+    return Markup('<time datetime="%s" title="%s">%s</time>') % (
+        moment.astimezone(timezone.utc).isoformat(), absolute(moment), relative(moment, now)
+    )
+
+
+def duration(seconds: float) -> str:
+    """A duration such as "3 seconds" or "2 hours" (narrow, localized)."""
+    return format_timedelta(timedelta(seconds=max(seconds, 0)), threshold=1.0, format="short",
+                            locale=current_locale())
+
+
+def locale_name(locale: str) -> str:
+    """A locale's own name ("Deutsch", "日本語")."""
+    return str(Locale.parse(locale).get_display_name(locale) or locale)

@@ -1,0 +1,89 @@
+"""Migrations: from zero they give exactly schema.sql; twice, or concurrently, is safe."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+from click.testing import Result
+from flask import Flask
+
+from pgbus_flask.migrate import apply, migrations, schema_sql
+from pgbus_flask.testing import fresh_database
+
+CATALOG = {
+    "columns": """SELECT table_name, column_name, data_type, is_nullable, column_default
+                  FROM information_schema.columns WHERE table_schema = 'public' AND table_name LIKE 'pgbus%%'
+                  AND table_name <> 'pgbus_schema_migrations' ORDER BY 1, 2""",
+    "indexes": """SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'
+                  AND tablename LIKE 'pgbus%%' AND tablename <> 'pgbus_schema_migrations' ORDER BY 1, 2""",
+    "constraints": """SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint
+                      WHERE connamespace = 'public'::regnamespace AND conrelid::regclass::text LIKE 'pgbus%%'
+                      AND conrelid::regclass::text <> 'pgbus_schema_migrations' ORDER BY 1, 2""",
+}
+
+
+def catalog(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    with psycopg.connect(url) as conn:
+        return {name: conn.execute(query).fetchall() for name, query in CATALOG.items()}
+
+
+def test_migrating_from_zero_gives_schema_sql(server_url: str) -> None:
+    from_file = fresh_database(server_url, "pgbus_schema_file")
+    from_migrations = fresh_database(server_url, "pgbus_schema_migrated")
+    with psycopg.connect(from_file, autocommit=True) as conn:
+        conn.execute(schema_sql().encode())
+    with psycopg.connect(from_migrations, autocommit=True) as conn:
+        assert apply(conn) == [version for version, _ in migrations()]
+    expected, actual = catalog(from_file), catalog(from_migrations)
+    assert actual == expected
+    assert len(expected["indexes"]) >= 15
+
+
+def test_migrate_twice_and_concurrently(server_url: str) -> None:
+    url = fresh_database(server_url, "pgbus_schema_twice")
+    results: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def migrate_once() -> None:
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                results.append(apply(conn))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=migrate_once) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert sorted(len(r) for r in results) == [0, 0, 0, len(migrations())]
+    before = catalog(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert apply(conn) == []
+    assert catalog(url) == before
+
+
+def test_flask_pgbus_migrate_twice(server_url: str, redis_url: str) -> None:
+    url = fresh_database(server_url, "pgbus_schema_cli")
+    app = Flask("migrate_cli")
+    app.config.update(PGBUS_DATABASE_URL=url, PGBUS_REDIS_URL=redis_url, TESTING=True)
+    from pgbus_flask import PgBus
+    from pgbus_flask import engine as engine_module
+
+    PgBus(app)
+    try:
+        runner = app.test_cli_runner()
+        first: Result = runner.invoke(args=["pgbus", "migrate"])
+        assert first.exit_code == 0, first.output
+        assert "applied: 0001_initial" in first.output
+        before = catalog(url)
+        second = runner.invoke(args=["pgbus", "migrate"])
+        assert second.exit_code == 0, second.output
+        assert "schema is up to date" in second.output
+        assert catalog(url) == before
+    finally:
+        app.extensions["pgbus"].close()
+        engine_module._default = None
