@@ -95,10 +95,9 @@ class Engine:
                 "failure_ttl": 7 * 24 * 3600,
                 "description": f"pgbus step {step_id}",
             }
-            future = at is not None and at > datetime.now(timezone.utc)
             for delivery in range(self.deliveries):
                 jid = job_id if delivery == 0 else f"{job_id}-{delivery}"
-                if future:
+                if at is not None and at > datetime.now(timezone.utc):
                     q.enqueue_at(at, STEP_JOB, job_id=jid, **options)
                 else:
                     q.enqueue(STEP_JOB, job_id=jid, at_front=at_front, **options)

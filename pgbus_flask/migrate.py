@@ -20,7 +20,7 @@ MIGRATE_LOCK = 0x7067627573_01
 def migrations() -> list[tuple[str, str]]:
     """Every ``(version, sql)`` in order."""
     folder = resources.files("pgbus_flask") / "sql" / "migrations"
-    files = sorted(f for f in folder.iterdir() if f.name.endswith(".sql"))
+    files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
     return [(f.name.removesuffix(".sql"), f.read_text(encoding="utf-8")) for f in files]
 
 

@@ -219,7 +219,7 @@ def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
         p, waiting = _params(engine, None, f.workflow_class)
         params.update(overdue=p["overdue"], waiting_cutoff=p["waiting_cutoff"], reason=f.reason,
                       cls=f.workflow_class)
-        where.append(sql.SQL("w.id IN (SELECT id FROM (" + _stuck_sql(waiting, f.workflow_class is not None)  # noqa: S608
+        where.append(sql.SQL("w.id IN (SELECT id FROM (" + _stuck_sql(waiting, f.workflow_class is not None)
                              + ") x WHERE reason = %(reason)s)"))
     query = sql.SQL("""
         SELECT w.*, s.id AS step_id, s.step_name AS step_step_name, s.attempt AS step_attempt,

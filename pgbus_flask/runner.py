@@ -845,7 +845,7 @@ def _check(engine: Engine, tx: Transaction, action: str, workflow_id: Any) -> tu
 
 def pause(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> None:
     with engine.db.transaction() as tx:
-        run, latest, _ = _check(engine, tx, "pause", workflow_id)
+        _run, latest, _ = _check(engine, tx, "pause", workflow_id)
         move_run(tx.conn, workflow_id, states.ALLOWED_FROM["pause"], "paused", paused_at=_now(tx))
         record_event(tx.conn, workflow_id, "paused", actor, reason=reason, step=latest)
 
@@ -908,7 +908,7 @@ def resume_at(engine: Engine, workflow_id: Any, step_name: str, *, actor: str = 
 
 def run_now(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> None:
     with engine.db.transaction() as tx:
-        run, latest, klass = _check(engine, tx, "run_now", workflow_id)
+        _run, latest, klass = _check(engine, tx, "run_now", workflow_id)
         assert latest is not None
         sent = resend_step(engine, tx, klass, latest, at=_now(tx))
         record_event(tx.conn, workflow_id, "run_now", actor, reason=reason, step=sent)
@@ -919,7 +919,7 @@ def reschedule(engine: Engine, workflow_id: Any, at: datetime, *, actor: str = "
     if not isinstance(at, datetime) or at.tzinfo is None:
         raise PgbusError(f"reschedule needs a timezone-aware datetime, got {at!r}")
     with engine.db.transaction() as tx:
-        run, latest, klass = _check(engine, tx, "reschedule", workflow_id)
+        _run, latest, klass = _check(engine, tx, "reschedule", workflow_id)
         assert latest is not None
         sent = resend_step(engine, tx, klass, latest, at=at)
         record_event(tx.conn, workflow_id, "rescheduled", actor, reason=reason, step=sent,

@@ -141,6 +141,6 @@ def test_bad_step_options_are_named(option: dict[str, object]) -> None:
     from pgbus_flask.errors import DefinitionError
 
     with pytest.raises(DefinitionError):
-        class Bad(Workflow):  # noqa: F841
+        class Bad(Workflow):
             @step(**option)
             def only(self) -> None: ...

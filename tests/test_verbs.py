@@ -110,7 +110,7 @@ def test_run_now_needs_a_future_step(engine: Engine) -> None:
         run.run_now()
     later = datetime.now(timezone.utc) + timedelta(hours=3)
     run.reschedule(later, actor="ops", reason="after the sale")
-    assert run.available_actions == EXPECTED["ready"][:1] + ["run_now"] + EXPECTED["ready"][1:]
+    assert run.available_actions == [EXPECTED["ready"][0], "run_now", *EXPECTED["ready"][1:]]
     work(engine)  # the early message claims nothing
     assert run.refresh().status == "ready"
     assert run.steps()[0]["status"] == "scheduled"

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             engine = Engine(settings).make_default()
         for module in engine.settings.imports:
             importlib.import_module(module)
-        worker_class = import_attribute(args.worker_class or engine.settings.worker_class)
+        worker_class: Any = import_attribute(args.worker_class or engine.settings.worker_class)
     except (PgbusError, ImportError, AttributeError) as exc:
         print(f"pgbus-worker: {exc}", file=sys.stderr)
         return 2
