@@ -1,17 +1,118 @@
-"""The dashboard blueprint (filled in by the dashboard issue)."""
+"""The dashboard blueprint: pages for operators, localized in the ``pgbus`` Babel domain.
+
+``PgBus(app)`` registers :func:`make_blueprint` at ``PGBUS_DASHBOARD_PREFIX``.
+Templates live under ``pgbus/`` in the ``pgbus_flask.templates`` package, so
+a host app overrides any page by putting a file at the same path in its own
+templates folder.
+"""
 
 from __future__ import annotations
 
-from flask import Blueprint
+import logging
+from datetime import datetime, timezone
+from importlib.resources import files
+from typing import Any
 
+import psycopg
+from flask import Blueprint, current_app, g, render_template, request
+from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response
+
+from .. import states
 from ..engine import Engine
+from ..errors import DatabaseUnavailable, PgbusError, WorkflowNotFound
+from . import helpers, i18n, security, views
+
+log = logging.getLogger("pgbus_flask.web")
 
 
 def make_blueprint(engine: Engine) -> Blueprint:
-    bp = Blueprint("pgbus", __name__)
+    """The dashboard of ``engine`` as a blueprint named ``pgbus``."""
+    templates = str(files("pgbus_flask.templates"))
+    bp = Blueprint("pgbus", __name__, template_folder=templates,
+                   static_folder=str(files("pgbus_flask.templates") / "pgbus" / "static"),
+                   static_url_path="/static")
+    settings = engine.settings
 
-    @bp.get("/")
-    def overview() -> str:
-        return "pgbus"
+    @bp.before_request
+    def _before() -> None:
+        g.pgbus_now = datetime.now(timezone.utc)
+        g.pgbus_locale = i18n.choose_locale(settings.locales, settings.default_locale)
+        g.pgbus_tz = i18n.zone(settings.timezone)
+        if request.endpoint == "pgbus.static":
+            return
+        g.pgbus_actor = security.authenticate(settings, current_app._get_current_object())  # type: ignore[attr-defined]
+        if request.method == "POST":
+            security.check_csrf()
 
+    @bp.after_request
+    def _after(response: Response) -> Response:
+        path = (request.script_root or "") + (settings.dashboard_prefix or "/")
+        asked = request.args.get(i18n.LOCALE_PARAM)
+        if asked in settings.locales and request.cookies.get(i18n.LOCALE_COOKIE) != asked:
+            response.set_cookie(i18n.LOCALE_COOKIE, asked, max_age=365 * 24 * 3600, samesite="Lax", path=path)
+        security.set_csrf_cookie(response, path)
+        if request.endpoint != "pgbus.static":
+            response.headers.setdefault("Cache-Control", "no-store")
+            response.headers.setdefault("X-Content-Type-Options", "nosniff")
+            response.headers.setdefault("Referrer-Policy", "same-origin")
+        return response
+
+    @bp.context_processor
+    def _context() -> dict[str, Any]:
+        now = g.get("pgbus_now") or datetime.now(timezone.utc)
+        return {
+            "_": i18n.gettext, "gettext": i18n.gettext, "ngettext": i18n.ngettext,
+            "pgbus_locale": i18n.current_locale(), "pgbus_locales": settings.locales,
+            "locale_name": i18n.locale_name, "csrf_token": security.csrf_token, "actor": g.get("pgbus_actor"),
+            "time_tag": lambda moment: i18n.time_tag(moment, now), "absolute": i18n.absolute,
+            "duration": i18n.duration, "number": i18n.number, "code": i18n.code,
+            "next_sentence": lambda p: helpers.next_sentence(p, now), "run_badge": helpers.run_badge,
+            "status_badge": helpers.status_badge, "step_badge": helpers.step_badge,
+            "signal_badge": helpers.signal_badge, "child_badge": helpers.child_badge,
+            "audit_sentence": helpers.audit_sentence, "label": helpers.label, "labels": helpers,
+            "locale_url": _locale_url, "states": states, "pretty": views.pretty,
+        }
+
+    def _error_page(code: int, title: str, message: str) -> tuple[str, int]:
+        return render_template("pgbus/error.html", code=code, title=title, message=message), code
+
+    @bp.errorhandler(WorkflowNotFound)
+    def _not_found(exc: WorkflowNotFound) -> tuple[str, int]:
+        return _error_page(404, i18n.gettext("Run not found"),
+                           i18n.gettext("No workflow run has the id %(value)s.", value=str(exc.workflow_id)))
+
+    @bp.errorhandler(DatabaseUnavailable)
+    @bp.errorhandler(psycopg.OperationalError)
+    def _database_down(exc: Exception) -> tuple[str, int]:
+        log.error("pgbus dashboard: PostgreSQL is unreachable: %s", exc)
+        return _error_page(503, i18n.gettext("PostgreSQL is unreachable"), i18n.gettext(
+            "The dashboard cannot reach PostgreSQL right now, so it cannot show or change any run. Nothing was "
+            "changed. Check the database server and PGBUS_DATABASE_URL, then reload this page."))
+
+    @bp.errorhandler(PgbusError)
+    def _bad_input(exc: PgbusError) -> tuple[str, int]:
+        return _error_page(400, i18n.gettext("Bad request"), str(exc))
+
+    @bp.errorhandler(HTTPException)
+    def _http(exc: HTTPException) -> Any:
+        if exc.code is None or exc.code < 400:
+            return exc
+        titles = {400: i18n.N_("Bad request"), 401: i18n.N_("Sign-in required"), 403: i18n.N_("Forbidden"),
+                  404: i18n.N_("Page not found"), 405: i18n.N_("Method not allowed")}
+        title = i18n.gettext(titles[exc.code]) if exc.code in titles else str(exc.name)
+        page, code = _error_page(exc.code, title, exc.description or "")
+        response = Response(page, code, content_type="text/html; charset=utf-8")
+        return response
+
+    views.register(bp, engine)
     return bp
+
+
+def _locale_url(locale: str) -> str:
+    """This page's URL with ``?locale=`` set (other arguments kept)."""
+    args = request.args.to_dict()
+    args[i18n.LOCALE_PARAM] = locale
+    from urllib.parse import urlencode
+
+    return request.path + "?" + urlencode(args)

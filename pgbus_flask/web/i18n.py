@@ -71,7 +71,7 @@ def zone(name: str) -> tzinfo:
     return timezone.utc if name == "UTC" else ZoneInfo(name)
 
 
-def gettext(message: str, **variables: Any) -> str:
+def gettext(message: str, /, **variables: Any) -> str:
     """``message`` in the viewer's locale, ``%``-formatted with ``variables`` if given."""
     text = translations_for(current_locale()).gettext(message)
     return text % variables if variables else text
@@ -80,19 +80,19 @@ def gettext(message: str, **variables: Any) -> str:
 _ = gettext
 
 
-def ngettext(singular: str, plural: str, num: int, **variables: Any) -> str:
+def ngettext(singular: str, plural: str, num: int, /, **variables: Any) -> str:
     """The plural form for ``num``; ``%(num)d`` is always available."""
     text = translations_for(current_locale()).ngettext(singular, plural, num)
     return text % {"num": num, **variables}
 
 
-def html(message: str, **variables: Any) -> Markup:
+def html(message: str, /, **variables: Any) -> Markup:
     """Translate a message that receives HTML fragments: the message is escaped, then every
     variable is escaped unless it is already :class:`Markup` (links, ``<code>``, ``<time>``)."""
     return escape(translations_for(current_locale()).gettext(message)) % variables
 
 
-def nhtml(singular: str, plural: str, num: int, **variables: Any) -> Markup:
+def nhtml(singular: str, plural: str, num: int, /, **variables: Any) -> Markup:
     """:func:`html` with a plural form chosen by ``num`` (``%(num)d`` available)."""
     text = translations_for(current_locale()).ngettext(singular, plural, num)
     return escape(text) % {"num": num, **variables}
@@ -120,8 +120,8 @@ def relative(moment: datetime, now: datetime) -> str:
     """"3 minutes ago" / "in 5 minutes" in the viewer's locale."""
     delta = _aware(moment) - _aware(now)
     if abs(delta) < timedelta(seconds=1):
-        delta = timedelta(0)
-    return format_timedelta(delta, add_direction=True, threshold=1.0, locale=current_locale())
+        return gettext("just now")
+    return format_timedelta(delta, add_direction=True, locale=current_locale())
 
 
 def time_tag(moment: datetime | None, now: datetime) -> Markup:
@@ -136,8 +136,9 @@ def time_tag(moment: datetime | None, now: datetime) -> Markup:
 
 def duration(seconds: float) -> str:
     """A duration such as "3 seconds" or "2 hours" (narrow, localized)."""
-    return format_timedelta(timedelta(seconds=max(seconds, 0)), threshold=1.0, format="short",
-                            locale=current_locale())
+    if seconds < 1:
+        return gettext("under a second")
+    return format_timedelta(timedelta(seconds=seconds), format="short", locale=current_locale())
 
 
 def locale_name(locale: str) -> str:

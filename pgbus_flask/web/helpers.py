@@ -1,0 +1,271 @@
+"""The dashboard's words and small HTML pieces: badges, the next-step sentence, the
+subject link, the resume label, the audit sentence and the bulk confirm.
+
+Every label lives here, marked with ``N_`` so ``pybabel extract`` finds it,
+keyed by the values of :mod:`pgbus_flask.states`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from flask import url_for
+from markupsafe import Markup
+
+from .. import states
+from ..queries import AttentionGroup
+from ..runner import ResumePlan
+from .i18n import N_, code, gettext, html, ngettext, nhtml, time_tag
+from .presenter import Presentation
+
+log = logging.getLogger("pgbus_flask.web")
+
+RUN_STATUS_LABELS = {
+    "ready": N_("Ready"), "running": N_("Running"), "waiting": N_("Waiting"), "paused": N_("Paused"),
+    "finished": N_("Finished"), "cancelled": N_("Cancelled"),
+}
+RUN_STATUS_TONES = {
+    "ready": "blue", "running": "blue", "waiting": "yellow", "paused": "yellow", "finished": "green",
+    "cancelled": "gray",
+}
+BADGE_LABELS = {
+    "scheduled": N_("Scheduled"), "queued": N_("Queued"), "overdue": N_("Overdue"), "running": N_("Running"),
+    "possibly_stalled": N_("Possibly stalled"), "waiting": N_("Waiting"), "paused": N_("Paused"),
+    "paused_error": N_("Failed, paused"), "stalled": N_("Stalled"), "finished": N_("Finished"),
+    "cancelled": N_("Cancelled"),
+}
+STEP_STATUS_LABELS = {
+    "scheduled": N_("Scheduled"), "in_progress": N_("In progress"), "waiting": N_("Waiting"),
+    "completed": N_("Completed"), "failed": N_("Failed"), "skipped": N_("Skipped"), "cancelled": N_("Cancelled"),
+}
+STEP_TONES = {
+    "scheduled": "gray", "in_progress": "blue", "waiting": "yellow", "completed": "green", "failed": "red",
+    "skipped": "gray", "cancelled": "gray",
+}
+SIGNAL_STATUS_LABELS = {"pending": N_("Pending"), "claimed": N_("Claimed"), "consumed": N_("Consumed")}
+SIGNAL_TONES = {"pending": "yellow", "claimed": "blue", "consumed": "green"}
+CHILD_STATUS_LABELS = {"pending": N_("Pending"), "done": N_("Done"), "failed": N_("Failed")}
+CHILD_TONES = {"pending": "yellow", "done": "green", "failed": "red"}
+STUCK_REASON_LABELS = {
+    "stalled": N_("Stalled"), "paused_error": N_("Paused on an error"), "paused_manual": N_("Paused by hand"),
+    "overdue": N_("Overdue"), "waiting_overdue": N_("Waiting too long"),
+}
+ACTION_LABELS = {
+    "resume": N_("Resume"), "resume_at": N_("Resume at step"), "run_now": N_("Run now"),
+    "reschedule": N_("Reschedule"), "skip": N_("Skip step"), "rerun": N_("Rerun"), "pause": N_("Pause"),
+    "cancel": N_("Cancel run"), "signal": N_("Send signal"),
+}
+EVENT_LABELS = {
+    "started": N_("Started"), "step_scheduled": N_("Step scheduled"), "step_started": N_("Step started"),
+    "step_completed": N_("Step completed"), "step_failed": N_("Step failed"), "step_skipped": N_("Step skipped"),
+    "step_reattempted": N_("Step reattempted"), "paused": N_("Paused"), "resumed": N_("Resumed"),
+    "cancelled": N_("Cancelled"), "finished": N_("Finished"), "run_now": N_("Sent to run now"),
+    "rescheduled": N_("Rescheduled"), "rerun": N_("Rerun"), "stall_detected": N_("Stall detected"),
+    "late_completion_ignored": N_("Late completion ignored"), "signal_received": N_("Signal received"),
+    "signal_claimed": N_("Signal claimed"), "step_waiting": N_("Step waiting"),
+    "wait_timed_out": N_("Wait timed out"), "fan_out_opened": N_("Fan-out opened"),
+    "fan_out_finished": N_("Fan-out finished"),
+}
+RESUME_LABELS = {
+    "retry": N_("Retry %(step)s"), "continue": N_("Continue with %(step)s"), "finish": N_("Finish the run"),
+    "keep_waiting": N_("Keep waiting at %(step)s"), "run": N_("Run %(step)s"), "let_finish": N_("Let %(step)s finish"),
+}
+
+#: The outside verbs the run page has a button for (signal has its own form;
+#: pause and reschedule stay in the CLI and the Python API).
+DASHBOARD_ACTIONS = ("resume", "resume_at", "run_now", "skip", "rerun", "cancel")
+
+#: Bulk actions each stuck reason allows (resume needs a paused run).
+BULK_BY_REASON = {
+    "stalled": states.BULK_ACTIONS, "paused_error": states.BULK_ACTIONS, "paused_manual": states.BULK_ACTIONS,
+    "overdue": tuple(a for a in states.BULK_ACTIONS if a != "resume"),
+    "waiting_overdue": tuple(a for a in states.BULK_ACTIONS if a != "resume"),
+}
+
+
+def label(labels: Mapping[str, str], key: str | None) -> str:
+    """The translated label of ``key`` (the key itself when it has none)."""
+    if key is None:
+        return "—"
+    return gettext(labels[key]) if key in labels else key
+
+
+def badge(text: str, tone: str, kind: str, value: str) -> Markup:
+    return Markup('<span class="pgbus-badge tone-%s" data-testid="%s-badge" data-value="%s">%s</span>') % (
+        tone, kind, value, text)
+
+
+def run_badge(presentation: Presentation) -> Markup:
+    """The presenter's badge for a run."""
+    return badge(label(BADGE_LABELS, presentation.badge), presentation.tone, "status", presentation.badge)
+
+
+def status_badge(status: str) -> Markup:
+    """A plain run-status badge (counts tables, filters)."""
+    return badge(label(RUN_STATUS_LABELS, status), RUN_STATUS_TONES.get(status, "gray"), "run-status", status)
+
+
+def step_badge(status: str) -> Markup:
+    return badge(label(STEP_STATUS_LABELS, status), STEP_TONES.get(status, "gray"), "step", status)
+
+
+def signal_badge(status: str) -> Markup:
+    return badge(label(SIGNAL_STATUS_LABELS, status), SIGNAL_TONES.get(status, "gray"), "signal", status)
+
+
+def child_badge(status: str) -> Markup:
+    return badge(label(CHILD_STATUS_LABELS, status), CHILD_TONES.get(status, "gray"), "child", status)
+
+
+# -- the next-step sentence ----------------------------------------------------------
+
+NEXT_MESSAGES = {
+    "scheduled": N_("Scheduled: %(step)s runs %(time)s."),
+    "queued": N_("Queued: %(step)s runs as soon as a worker is free (due %(ago)s)."),
+    "overdue": N_("Overdue: %(step)s was due %(ago)s and no worker has taken it; the sweep sends it again."),
+    "running": N_("Running %(step)s (attempt %(attempt)s), started %(ago)s."),
+    "possibly_stalled": N_("Running %(step)s past its deadline (%(ago)s): its worker may have died; "
+                           "the sweep will declare it stalled."),
+    "waiting_signal": N_("Waiting for signal %(signal)s at %(step)s since %(ago)s."),
+    "waiting_signal_deadline": N_("Waiting for signal %(signal)s at %(step)s since %(ago)s; the wait ends %(time)s."),
+    "waiting_any_signal": N_("Waiting for a signal at %(step)s since %(ago)s."),
+    "waiting": N_("Waiting at %(step)s since %(ago)s."),
+    "paused_error": N_("Paused since %(ago)s: %(step)s failed with %(error)s. Resume retries it."),
+    "stalled": N_("Paused since %(ago)s: %(step)s stalled (its worker stopped responding). Resume retries it."),
+    "paused_manual": N_("Paused at %(step)s since %(ago)s; nothing runs until someone resumes it."),
+    "finished": N_("Finished %(ago)s."),
+    "cancelled": N_("Cancelled %(ago)s."),
+}
+
+
+def batch_link(name: str, batch_id: Any) -> Markup:
+    if batch_id is None:
+        return code(name)
+    return Markup('<a href="%s">%s</a>') % (url_for("pgbus.batch", batch_id=batch_id), code(name))
+
+
+def next_sentence(presentation: Presentation, now: datetime) -> Markup:
+    """The "what happens next" sentence, with names as ``<code>`` and moments as ``<time>``."""
+    args: dict[str, Any] = {}
+    for key, value in presentation.next_args.items():
+        if key in ("step", "signal", "error"):
+            args[key] = code(value)
+        elif key in ("ago", "time"):
+            args[key] = time_tag(value, now)
+        else:
+            args[key] = value
+    if presentation.next_key == "waiting_batch":
+        args["batch"] = batch_link(presentation.next_args["batch"], presentation.next_args.get("batch_id"))
+        return nhtml("Waiting for batch %(batch)s (%(done)s of %(num)d job done).",
+                     "Waiting for batch %(batch)s (%(done)s of %(num)d jobs done).",
+                     int(presentation.next_args["total"]), batch=args["batch"], done=args["done"])
+    return html(NEXT_MESSAGES[presentation.next_key], **args)
+
+
+# -- the subject link ----------------------------------------------------------------
+
+
+def safe_url(value: Any) -> str | None:
+    """``value`` when it is an http(s) URL with a host or a path on this site ("/...", never
+    "//host" or "/\\host"); None for anything else (``javascript:``, ``data:``, relative paths)."""
+    if value is None:
+        return None
+    url = str(value).strip()
+    # Browsers drop tabs and newlines inside URLs ("/\t/evil" is "//evil"): refuse any control character.
+    if not url or any(ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        return None
+    if url.startswith("/"):
+        return None if url.startswith(("//", "/\\")) else url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    return url if parts.scheme.lower() in ("http", "https") and parts.hostname else None
+
+
+def subject_label(subject_type: str | None, subject_id: str | None) -> str | None:
+    return f"{subject_type} {subject_id}" if subject_type else None
+
+
+def subject_link(builder: Callable[[str, str], Any] | None, subject_type: str | None,
+                 subject_id: str | None) -> Markup:
+    """"Order 1042", linked through ``PGBUS_SUBJECT_URL`` when it gives a safe URL; "—" without a subject."""
+    text = subject_label(subject_type, subject_id)
+    if text is None:
+        return Markup("—")
+    url = None
+    if builder is not None:
+        try:
+            url = safe_url(builder(subject_type or "", subject_id or ""))
+        except Exception:
+            log.exception("pgbus: PGBUS_SUBJECT_URL raised for %s %s", subject_type, subject_id)
+    if url is None:
+        return Markup('<span data-testid="subject">%s</span>') % text
+    return Markup('<a href="%s" data-testid="subject">%s</a>') % (url, text)
+
+
+# -- buttons and sentences -------------------------------------------------------------
+
+
+def dashboard_actions(available: list[str]) -> list[str]:
+    """The run page's buttons: the run's available actions the dashboard has a button for."""
+    return [action for action in DASHBOARD_ACTIONS if action in available]
+
+
+def resume_label(plan: ResumePlan | None) -> str:
+    """The Resume button's label: what resume will do ("Retry capture", "Finish the run")."""
+    if plan is None or plan.action not in RESUME_LABELS:
+        return gettext(ACTION_LABELS["resume"])
+    return gettext(RESUME_LABELS[plan.action]) % {"step": plan.step or ""}
+
+
+def audit_sentence(event: Mapping[str, Any]) -> str:
+    """"Resumed by dashboard:alice: SMTP fixed", "Step failed by system (capture #2)" (plain text)."""
+    what = label(EVENT_LABELS, event["event"])
+    sentence = gettext("%(event)s by %(actor)s") % {"event": what, "actor": event["actor"]}
+    if event.get("step_name"):
+        sentence = gettext("%(sentence)s (%(step)s #%(attempt)s)") % {
+            "sentence": sentence, "step": event["step_name"], "attempt": event.get("attempt") or 1}
+    if event.get("reason"):
+        sentence = gettext("%(sentence)s: %(reason)s") % {"sentence": sentence, "reason": event["reason"]}
+    return sentence
+
+
+def bulk_confirm(action: str, group: AttentionGroup) -> str:
+    """"Resume all 3 runs paused at capture on TimeoutError?" (plain text)."""
+    n, step, error = group.count, group.step_name, group.error_class
+    if action == "resume":
+        if error:
+            return ngettext("Resume %(num)d run paused at %(step)s on %(error)s?",
+                            "Resume all %(num)d runs paused at %(step)s on %(error)s?", n, step=step, error=error)
+        return ngettext("Resume %(num)d run paused at %(step)s?", "Resume all %(num)d runs paused at %(step)s?",
+                        n, step=step)
+    if action == "skip":
+        if error:
+            return ngettext("Skip %(step)s in %(num)d run stopped there on %(error)s?",
+                            "Skip %(step)s in all %(num)d runs stopped there on %(error)s?", n, step=step,
+                            error=error)
+        return ngettext("Skip %(step)s in %(num)d run stopped there?",
+                        "Skip %(step)s in all %(num)d runs stopped there?", n, step=step)
+    if error:
+        return ngettext("Cancel %(num)d run stopped at %(step)s on %(error)s?",
+                        "Cancel all %(num)d runs stopped at %(step)s on %(error)s?", n, step=step, error=error)
+    return ngettext("Cancel %(num)d run stopped at %(step)s?", "Cancel all %(num)d runs stopped at %(step)s?",
+                    n, step=step)
+
+
+def action_confirm(action: str, workflow_class: str, step: str | None) -> str:
+    """The confirm question of a run page button."""
+    questions = {
+        "resume": N_("Resume this %(workflow)s run?"),
+        "resume_at": N_("Cancel the open step and resume this %(workflow)s run at the chosen step?"),
+        "run_now": N_("Run %(step)s now instead of at its scheduled time?"),
+        "skip": N_("Skip %(step)s and go on with the next step?"),
+        "rerun": N_("Run this %(workflow)s run again from its first step?"),
+        "cancel": N_("Cancel this %(workflow)s run? Its open step is cancelled and nothing else runs."),
+    }
+    return gettext(questions[action]) % {"workflow": workflow_class, "step": step or ""}

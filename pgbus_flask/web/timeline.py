@@ -1,0 +1,147 @@
+"""The timeline chart: each attempt of a run as a bar on a time axis, drawn as inline SVG.
+
+A bar is split into segments (waited, queued, waiting, ran ok, ran failed,
+running, cancelled); the intervals the run spent paused get a row of their
+own. Every bar and segment has a ``<title>``; the legend is translated.
+Readable without JavaScript; colours come from CSS classes (light and dark).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from markupsafe import Markup
+
+from .i18n import N_, current_tz, duration, gettext
+
+SERIES = ("waited", "queued", "waiting", "paused", "ran_ok", "ran_failed", "running", "cancelled")
+SERIES_LABELS = {
+    "waited": N_("Waited"), "queued": N_("Queued"), "waiting": N_("Waiting"), "paused": N_("Paused"),
+    "ran_ok": N_("Ran OK"), "ran_failed": N_("Ran, failed"), "running": N_("Running"),
+    "cancelled": N_("Cancelled"),
+}
+
+WIDTH = 760
+LABEL_W = 170
+ROW_H = 22
+BAR_H = 14
+AXIS_H = 24
+
+
+@dataclass(frozen=True)
+class Segment:
+    series: str
+    start: datetime
+    end: datetime
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def attempt_segments(step: Mapping[str, Any], now: datetime) -> list[Segment]:
+    """The segments of one attempt, in time order."""
+    created = _aware(step.get("created_at") or step["scheduled_at"])
+    scheduled = _aware(step["scheduled_at"])
+    started = step.get("started_at")
+    finished = step.get("finished_at")
+    waiting_since = step.get("waiting_since")
+    status = step["status"]
+    end = _aware(finished) if finished else now
+    out: list[Segment] = []
+    if scheduled > created:
+        out.append(Segment("waited", created, min(scheduled, end)))
+    queue_from = max(created, scheduled)
+    queue_to = _aware(started) if started else end
+    if queue_to > queue_from:
+        out.append(Segment("queued", queue_from, queue_to))
+    if started is None:
+        if status == "cancelled" and finished:
+            out.append(Segment("cancelled", end, end))
+        return out
+    started = _aware(started)
+    ran_to = _aware(waiting_since) if waiting_since else end
+    ran_series = {"completed": "ran_ok", "failed": "ran_failed", "in_progress": "running",
+                  "cancelled": "cancelled", "skipped": "cancelled"}.get(status, "ran_ok")
+    if waiting_since:
+        out.append(Segment("ran_ok", started, max(started, ran_to)))
+        out.append(Segment("waiting", max(started, ran_to), end))
+        if status not in ("waiting",) and finished:
+            out.append(Segment(ran_series, end, end))
+    else:
+        out.append(Segment(ran_series, started, max(started, end)))
+    return out
+
+
+def paused_intervals(events: Sequence[Mapping[str, Any]], now: datetime) -> list[Segment]:
+    """When the run was paused: from each ``paused`` event to the next resume, cancel or rerun."""
+    out: list[Segment] = []
+    since: datetime | None = None
+    for event in events:
+        kind = event["event"]
+        if kind == "paused" and since is None:
+            since = _aware(event["created_at"])
+        elif kind in ("resumed", "cancelled", "rerun", "step_skipped", "finished") and since is not None:
+            out.append(Segment("paused", since, _aware(event["created_at"])))
+            since = None
+    if since is not None:
+        out.append(Segment("paused", since, now))
+    return out
+
+
+def _clock(moment: datetime) -> str:
+    return moment.astimezone(current_tz()).strftime("%H:%M:%S")
+
+
+def render(steps: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]], now: datetime) -> Markup:
+    """The chart as an ``<svg>`` element followed by its legend (an empty string for no attempts)."""
+    if not steps:
+        return Markup("")
+    now = _aware(now)
+    rows: list[tuple[str, str, list[Segment]]] = [
+        (f"{s['step_name']} #{s['attempt']}", str(s["status"]), attempt_segments(s, now)) for s in steps
+    ]
+    paused = paused_intervals(events, now)
+    if paused:
+        rows.append((gettext(SERIES_LABELS["paused"]), "paused", paused))
+    moments = [m for _, _, segs in rows for seg in segs for m in (seg.start, seg.end)]
+    t0, t1 = min(moments), max(moments)
+    span = max((t1 - t0).total_seconds(), 1.0)
+    plot_w = WIDTH - LABEL_W - 10
+
+    def x(moment: datetime) -> float:
+        return LABEL_W + (moment - t0).total_seconds() / span * plot_w
+
+    height = AXIS_H + ROW_H * len(rows) + 6
+    title = gettext("Timeline of the run's attempts")
+    parts = [Markup('<svg class="pgbus-timeline" data-testid="timeline" role="img" viewBox="0 0 %d %d" '
+                    'width="100%%" xmlns="http://www.w3.org/2000/svg"><title>%s</title>') % (WIDTH, height, title)]
+    for i in range(5):
+        moment = t0 + timedelta(seconds=span * i / 4)
+        tx = x(moment)
+        anchor = "start" if i == 0 else ("end" if i == 4 else "middle")
+        parts.append(Markup('<line class="tl-grid" x1="%.1f" x2="%.1f" y1="%d" y2="%d"/>'
+                            '<text class="tl-tick" x="%.1f" y="14" text-anchor="%s">%s</text>')
+                     % (tx, tx, AXIS_H - 4, height, tx, anchor, _clock(moment)))
+    for index, (name, _status, segments) in enumerate(rows):
+        y = AXIS_H + index * ROW_H
+        parts.append(Markup('<g class="tl-row" data-testid="timeline-bar"><title>%s</title>'
+                            '<text class="tl-label" x="4" y="%d">%s</text>') % (name, y + BAR_H - 2, name))
+        for seg in segments:
+            seconds = (seg.end - seg.start).total_seconds()
+            width = max(x(seg.end) - x(seg.start), 2.0)
+            tip = (f"{name}: {gettext(SERIES_LABELS[seg.series])}, {duration(seconds)} "
+                   f"({_clock(seg.start)}–{_clock(seg.end)})")
+            parts.append(Markup('<rect class="tl-%s" x="%.1f" y="%d" width="%.1f" height="%d" rx="2">'
+                                '<title>%s</title></rect>') % (seg.series, x(seg.start), y, width, BAR_H, tip))
+        parts.append(Markup("</g>"))
+    parts.append(Markup("</svg>"))
+    legend = [Markup('<ul class="pgbus-legend" data-testid="timeline-legend">')]
+    for series in SERIES:
+        legend.append(Markup('<li><svg width="12" height="12" aria-hidden="true"><rect class="tl-%s" width="12" '
+                             'height="12" rx="2"/></svg> %s</li>') % (series, gettext(SERIES_LABELS[series])))
+    legend.append(Markup("</ul>"))
+    return Markup("").join([*parts, *legend])

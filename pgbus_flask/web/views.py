@@ -1,0 +1,261 @@
+"""The dashboard's pages and form posts (every state change is a POST through the runner's verbs)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Blueprint, abort, g, redirect, render_template, request, url_for
+from werkzeug.exceptions import BadRequest, NotFound
+from werkzeug.wrappers import Response
+
+from .. import payload, queries, runner, states
+from ..engine import Engine
+from ..errors import ActionNotAllowed, PgbusError, SignalRefused, StepNotDefined, SubjectConflict
+from ..handle import Run
+from ..workflow import Workflow, registry
+from . import helpers
+from .i18n import gettext
+from .presenter import Presentation, present
+from .timeline import render as render_timeline
+
+FILTERS = ("workflow_class", "status", "step", "reason", "subject", "text")
+PAGE_SIZE = 50
+RESULT_LIMIT = 500
+
+
+class Pages:
+    """The views of one blueprint, bound to its engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # -- shared pieces -----------------------------------------------------------------
+
+    def klass(self, name: str) -> type[Workflow] | None:
+        return runner.load_class(self.engine, name)
+
+    def wait_for(self, workflow_class: str, step_name: str | None) -> str | None:
+        """The signal ``step_name`` of ``workflow_class`` waits for, when the class is known here."""
+        klass = self.klass(workflow_class)
+        if klass is None or not step_name:
+            return None
+        try:
+            return klass.step_spec(step_name).wait_for
+        except StepNotDefined:
+            return None
+
+    def present(self, row: Mapping[str, Any]) -> Presentation:
+        step = row.get("step_step_name")
+        if step is None and isinstance(row.get("latest_step"), Mapping):
+            step = row["latest_step"].get("step_name")
+        return present(row, now=g.pgbus_now, stall_threshold=self.engine.settings.stall_threshold,
+                       wait_for=self.wait_for(row["workflow_class"], step or row.get("current_step")))
+
+    def subject(self, row: Mapping[str, Any]) -> Any:
+        return helpers.subject_link(self.engine.settings.subject_url, row.get("subject_type"), row.get("subject_id"))
+
+    def class_names(self) -> list[str]:
+        counted = {cls for cls, _ in queries.status_counts(self.engine)}
+        return sorted(counted | set(registry()))
+
+    # -- overview ------------------------------------------------------------------------
+
+    def overview(self) -> str:
+        counts = queries.status_counts(self.engine)
+        stuck = queries.stuck_reason_counts(self.engine)
+        classes = sorted({cls for cls, _ in counts})
+        table = {cls: {status: counts.get((cls, status), 0) for status in states.RUN_STATUSES} for cls in classes}
+        stuck_by_class = {cls: {reason: stuck.get((cls, reason), 0) for reason in states.STUCK_REASONS}
+                          for cls in sorted({cls for cls, _ in stuck})}
+        cards = {
+            "ongoing": sum(n for (_, status), n in counts.items() if status in states.ONGOING),
+            "paused": sum(n for (_, status), n in counts.items() if status == "paused"),
+            "attention": sum(stuck.values()),
+        }
+        return render_template("pgbus/overview.html", cards=cards, table=table, stuck=stuck_by_class,
+                               statuses=states.RUN_STATUSES, reasons=states.STUCK_REASONS)
+
+    # -- runs list -----------------------------------------------------------------------
+
+    def runs(self) -> str:
+        filters = {name: (request.args.get(name) or "").strip() or None for name in FILTERS}
+        if filters["status"] and filters["status"] not in states.RUN_STATUSES:
+            raise BadRequest(gettext("Unknown status %(value)s.", value=filters["status"]))
+        if filters["reason"] and filters["reason"] not in states.STUCK_REASONS:
+            raise BadRequest(gettext("Unknown stuck reason %(value)s.", value=filters["reason"]))
+        before_arg = request.args.get("before")
+        before = None
+        if before_arg:
+            if not before_arg.isdigit():
+                raise BadRequest(gettext("The page cursor %(value)s is not valid.", value=before_arg))
+            before = int(before_arg)
+        rows, cursor = queries.list_runs(self.engine, queries.RunFilter(before=before, limit=PAGE_SIZE, **filters))
+        items = [{"row": row, "p": self.present(row), "subject": self.subject(row)} for row in rows]
+        query = {k: v for k, v in filters.items() if v}
+        return render_template("pgbus/runs.html", items=items, filters=filters, query=query, cursor=cursor,
+                               before=before, class_names=self.class_names(), statuses=states.RUN_STATUSES,
+                               reasons=states.STUCK_REASONS)
+
+    # -- one run -----------------------------------------------------------------------
+
+    def load(self, workflow_id: str) -> Run:
+        return Run(self.engine, workflow_id)
+
+    def run_page(self, workflow_id: str, *, error: str | None = None, status: int = 200,
+                 form: Mapping[str, str] | None = None) -> tuple[str, int]:
+        run = self.load(workflow_id)
+        steps, events, signals, batches = run.steps(), run.events(), run.signals(), run.batches()
+        row = dict(run.row)
+        row["latest_step"] = run.latest_step
+        latest = run.latest_step or {}
+        batch = next((b for b in batches if b["id"] == latest.get("batch_id")), None)
+        if batch is not None:
+            row.update(batch_done=batch["done"], batch_failed=batch["failed"], batch_total=batch["total"])
+        klass = run.klass
+        plan = run.resume_plan()
+        actions = helpers.dashboard_actions(run.available_actions)
+        attempts = [
+            {"row": s, "seconds": ((s["finished_at"] or g.pgbus_now) - s["started_at"]).total_seconds()
+             if s["started_at"] else None}
+            for s in steps
+        ]
+        notice = request.args.get("notice")
+        return render_template(
+            "pgbus/run.html", run=run, row=row, p=self.present(row), subject=self.subject(row), plan=plan,
+            resume_label=helpers.resume_label(plan), actions=actions,
+            step_names=[s.name for s in klass.steps] if klass else [], attempts=attempts, events=events,
+            signals=signals, batches=batches, timeline=render_timeline(steps, events, g.pgbus_now),
+            arguments=pretty(run.arguments), outputs=pretty(run.outputs()), error=error, form=form or {},
+            notice=notice, signal_allowed="signal" in run.available_actions,
+            confirms={a: helpers.action_confirm(a, run.workflow_class, run.current_step) for a in actions},
+        ), status
+
+    def act(self, workflow_id: str, action: str) -> Response | tuple[str, int]:
+        if action not in helpers.DASHBOARD_ACTIONS:
+            raise NotFound(gettext("The dashboard has no action %(value)s.", value=action))
+        run = self.load(workflow_id)
+        reason = (request.form.get("reason") or "").strip() or None
+        params: dict[str, Any] = {}
+        step = (request.form.get("step") or "").strip() or None
+        if action == "resume_at":
+            if not step:
+                raise BadRequest(gettext("Choose the step to resume at."))
+            params["step"] = step
+        elif action == "rerun" and step:
+            params["step"] = step
+        if request.form.get("confirmed") != "1":
+            question = helpers.action_confirm(action, run.workflow_class, step or run.current_step)
+            fields = {"reason": reason or "", **({"step": step} if step else {})}
+            return render_template(
+                "pgbus/confirm.html", question=question, target=url_for(".act", workflow_id=run.workflow_id,
+                                                                         action=action),
+                fields=fields, back=url_for(".run", workflow_id=run.workflow_id),
+                submit=helpers.label(helpers.ACTION_LABELS, action)), 200
+        try:
+            run.act(action, actor=g.pgbus_actor, reason=reason, **params)
+        except (ActionNotAllowed, SubjectConflict) as exc:
+            return self.run_page(workflow_id, error=_not_allowed(exc, run), status=409)
+        except StepNotDefined as exc:
+            return self.run_page(workflow_id, error=str(exc), status=400)
+        return redirect(url_for(".run", workflow_id=run.workflow_id, notice=action), 303)
+
+    def signal(self, workflow_id: str) -> Response | tuple[str, int]:
+        run = self.load(workflow_id)
+        form = {k: request.form.get(k, "") for k in ("name", "payload", "idempotency_key", "reason")}
+        raw = form["payload"].strip()
+        try:
+            data = json.loads(raw) if raw else None
+        except ValueError as exc:
+            message = gettext("The payload is not valid JSON: %(problem)s", problem=str(exc))
+            return self.run_page(workflow_id, error=message, status=400, form=form)
+        try:
+            result = run.signal(form["name"].strip(), data, idempotency_key=form["idempotency_key"].strip() or None,
+                                actor=g.pgbus_actor, reason=form["reason"].strip() or None)
+        except SignalRefused as exc:
+            return self.run_page(workflow_id, error=str(exc), status=400, form=form)
+        notice = "signal_duplicate" if result.duplicate_delivery else "signal"
+        return redirect(url_for(".run", workflow_id=run.workflow_id, notice=notice), 303)
+
+    # -- attention -----------------------------------------------------------------------
+
+    def attention(self) -> str:
+        workflow_class = request.args.get("workflow_class") or None
+        groups = queries.attention_groups(self.engine, workflow_class)
+        items = [
+            {"g": group, "actions": [(a, helpers.bulk_confirm(a, group)) for a in helpers.BULK_BY_REASON[group.reason]],
+             "runs_url": url_for(".runs", workflow_class=group.workflow_class, reason=group.reason,
+                                 step=group.step_name)}
+            for group in groups
+        ]
+        result = {k: request.args.get(k) for k in ("done", "moved", "refused")}
+        return render_template("pgbus/attention.html", items=items, result=result, workflow_class=workflow_class)
+
+    def bulk(self) -> Response | tuple[str, int]:
+        form = request.form
+        action = form.get("action", "")
+        key = {"workflow_class": form.get("workflow_class", ""), "step_name": form.get("step_name", ""),
+               "reason": form.get("stuck_reason", ""), "error_class": form.get("error_class") or None}
+        if action not in states.BULK_ACTIONS:
+            raise BadRequest(gettext("The dashboard has no action %(value)s.", value=action))
+        if key["reason"] not in states.STUCK_REASONS:
+            raise BadRequest(gettext("Unknown stuck reason %(value)s.", value=key["reason"]))
+        reason = (form.get("reason") or "").strip() or None
+        if form.get("confirmed") != "1":
+            group = next((grp for grp in queries.attention_groups(self.engine, key["workflow_class"])
+                          if grp.key() == key), None)
+            if group is None:
+                return redirect(url_for(".attention", done=action, moved=0, refused=0), 303)
+            fields = {"action": action, "workflow_class": group.workflow_class, "step_name": group.step_name,
+                      "stuck_reason": group.reason, "error_class": group.error_class or "", "reason": reason or ""}
+            return render_template("pgbus/confirm.html", question=helpers.bulk_confirm(action, group),
+                                   target=url_for(".bulk"), fields=fields, back=url_for(".attention"),
+                                   submit=helpers.label(helpers.ACTION_LABELS, action)), 200
+        try:
+            result = queries.bulk_act(self.engine, action, key, actor=g.pgbus_actor, reason=reason)
+        except PgbusError as exc:
+            raise BadRequest(str(exc)) from None
+        return redirect(url_for(".attention", done=action, moved=result.moved, refused=result.refused), 303)
+
+    # -- batch -------------------------------------------------------------------------
+
+    def batch(self, batch_id: int) -> str:
+        found = queries.batch_progress(self.engine, batch_id)
+        if found is None:
+            abort(404, gettext("No batch has the id %(value)s.", value=batch_id))
+        batch, children = found
+        total = max(int(batch["total"]), 1)
+        return render_template("pgbus/batch.html", batch=batch, children=children,
+                               done_pct=100.0 * batch["done"] / total, failed_pct=100.0 * batch["failed"] / total,
+                               children_json=[pretty(c["result"]) if c["result"] is not None else None
+                                              for c in children])
+
+
+def pretty(value: Any) -> str:
+    """Stored JSON, indented for reading (escaped by the template)."""
+    return json.dumps(payload.from_json(value), indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _not_allowed(exc: PgbusError, run: Run) -> str:
+    if isinstance(exc, ActionNotAllowed):
+        allowed = ", ".join(helpers.label(helpers.ACTION_LABELS, a) for a in exc.allowed) or "—"
+        return gettext("%(action)s is not possible now: the run is %(status)s. Nothing was changed. "
+                       "Possible now: %(allowed)s.",
+                       action=helpers.label(helpers.ACTION_LABELS, exc.action),
+                       status=helpers.label(helpers.RUN_STATUS_LABELS, exc.status), allowed=allowed)
+    return str(exc)
+
+
+def register(bp: Blueprint, engine: Engine) -> Pages:
+    """Add the pages of ``engine``'s dashboard to ``bp``."""
+    pages = Pages(engine)
+    bp.add_url_rule("/", "overview", pages.overview)
+    bp.add_url_rule("/runs", "runs", pages.runs)
+    bp.add_url_rule("/runs/<workflow_id>", "run", lambda workflow_id: pages.run_page(workflow_id))
+    bp.add_url_rule("/runs/<workflow_id>/actions/<action>", "act", pages.act, methods=["POST"])
+    bp.add_url_rule("/runs/<workflow_id>/signals", "signal", pages.signal, methods=["POST"])
+    bp.add_url_rule("/attention", "attention", pages.attention)
+    bp.add_url_rule("/attention/bulk", "bulk", pages.bulk, methods=["POST"])
+    bp.add_url_rule("/batches/<int:batch_id>", "batch", pages.batch)
+    return pages
