@@ -13,6 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -37,6 +38,8 @@ class Transaction:
         self.conn = conn
         self.parent = parent
         self._callbacks: list[Callable[[], Any]] = []
+        #: PostgreSQL's now() for this transaction, once something asked for it.
+        self.now: datetime | None = None
 
     def after_commit(self, callback: Callable[[], Any]) -> None:
         """Run ``callback`` once the outermost transaction commits; never if this block rolls back."""

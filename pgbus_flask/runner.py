@@ -226,7 +226,13 @@ def advance(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow] | N
 
 
 def _now(tx: Transaction) -> datetime:
-    return tx.conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    """PostgreSQL's now(): the transaction's start time, read once per transaction."""
+    root = tx
+    while root.parent is not None:
+        root = root.parent
+    if root.now is None:
+        root.now = tx.conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    return root.now
 
 
 def _consume_signal_of(conn: psycopg.Connection[Any], step: Row) -> None:
