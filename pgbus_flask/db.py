@@ -80,6 +80,13 @@ class Database:
                     self._pid = os.getpid()
         return self._pool
 
+    def discard_broken(self) -> None:
+        """Drop pooled connections the server has closed (after an outage or a restart)."""
+        try:
+            self.pool.check()
+        except Exception:
+            log.debug("pgbus: pool check failed", exc_info=True)
+
     def close(self) -> None:
         if self._pool is not None and self._pid == os.getpid():
             self._pool.close()

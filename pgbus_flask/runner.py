@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import traceback
 import uuid
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ from .engine import Engine
 from .errors import (
     ActionNotAllowed,
     ArgumentsNotSerializable,
+    DatabaseUnavailable,
     PgbusError,
     SignalRefused,
     StepNotDefined,
@@ -469,12 +471,31 @@ def run_attempt(engine: Engine, step_id: int, job_id: str | None = None) -> None
     try:
         result: Any = claim.spec.func(context)
     except (PauseRequested, ReattemptRequested) as request:
-        record_outcome(engine, claim, request=request)
+        _record_with_retry(engine, claim, request=request)
         return
     except Exception as exc:  # the step's own failure: its error policy decides
-        record_outcome(engine, claim, error=exc)
+        _record_with_retry(engine, claim, error=exc)
         return
-    record_outcome(engine, claim, result=result)
+    _record_with_retry(engine, claim, result=result)
+
+
+def _record_with_retry(engine: Engine, claim: Claim, **outcome: Any) -> None:
+    """Record an outcome, waiting out a PostgreSQL outage (up to the attempt's stall deadline):
+    the step's work is done and should not be lost to a dropped connection."""
+    delay = 0.5
+    deadline = time.monotonic() + max(_route(engine, claim.klass, claim.step["step_name"])[2].total_seconds(), 5)
+    while True:
+        try:
+            record_outcome(engine, claim, **outcome)
+            return
+        except (DatabaseUnavailable, psycopg.OperationalError):
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("pgbus: PostgreSQL unreachable while recording step %s; retrying in %.1fs",
+                        claim.step["id"], delay)
+            time.sleep(delay)
+            engine.db.discard_broken()
+            delay = min(delay * 2, 10.0)
 
 
 def _error_columns(exc: BaseException) -> dict[str, Any]:

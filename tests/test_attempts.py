@@ -144,3 +144,14 @@ def test_bad_step_options_are_named(option: dict[str, object]) -> None:
         class Bad(Workflow):
             @step(**option)
             def only(self) -> None: ...
+
+
+def test_outcome_survives_terminated_database_connections(engine: Engine, pg_url: str) -> None:
+    from .workflows import CutsDatabaseConnections
+
+    run = CutsDatabaseConnections.start(url=pg_url)
+    for _ in range(3):
+        work(engine)
+    run.refresh()
+    assert run.status == "finished"
+    assert [(s["step_name"], s["status"]) for s in run.steps()] == [("cut", "completed"), ("after", "completed")]

@@ -165,3 +165,20 @@ class Sleeps(Workflow):
     @step
     def after(self) -> str:
         return "after"
+
+
+class CutsDatabaseConnections(Workflow):
+    """Its first step terminates every other connection to the database (the worker's pool too)."""
+
+    @step
+    def cut(self) -> str:
+        import psycopg
+
+        with psycopg.connect(self.kwargs["url"], autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                         " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        return "cut"
+
+    @step
+    def after(self) -> str:
+        return "after"

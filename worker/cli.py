@@ -11,15 +11,18 @@ import importlib
 import logging
 import os
 import sys
+import time
 from contextlib import nullcontext
 from typing import Any
 
+import redis.exceptions
 from rq.utils import import_attribute
 
-from pgbus_flask import engine as engine_module
 from pgbus_flask.config import Settings
 from pgbus_flask.engine import Engine
 from pgbus_flask.errors import PgbusError
+
+log = logging.getLogger("pgbus_flask")
 
 
 def load_app(spec: str) -> Any:
@@ -78,11 +81,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     queues = [q.strip() for q in args.queues.split(",")] if args.queues else engine.queue_names()
     worker_class.sweep_enabled = not args.no_sweep
-    worker = worker_class([engine.queue(name) for name in queues], connection=engine.redis, name=args.name)
-    engine_module.log.info("pgbus-worker listening on %s", ", ".join(queues))
+    log.info("pgbus-worker listening on %s", ", ".join(queues))
+    delay = 1.0
     with app.app_context() if app is not None else nullcontext():
-        worker.work(burst=args.burst, with_scheduler=not args.no_scheduler, logging_level=args.log_level.upper())
-    return 0
+        while True:
+            worker = worker_class([engine.queue(name) for name in queues], connection=engine.redis, name=args.name)
+            try:
+                worker.work(burst=args.burst, with_scheduler=not args.no_scheduler,
+                            logging_level=args.log_level.upper())
+            except redis.exceptions.ConnectionError as exc:
+                log.error("pgbus-worker: Redis is unreachable (%s)", exc)
+            if args.burst or worker._stop_requested:
+                return 0
+            # RQ's loop quits when Redis goes away: start again once it is back.
+            log.warning("pgbus-worker: the worker stopped unexpectedly; starting again in %.0fs", delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
 
 
 if __name__ == "__main__":
