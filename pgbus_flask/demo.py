@@ -136,24 +136,30 @@ def start_worker(services: Services, queues: tuple[str, ...], *extra: str) -> su
     return proc
 
 
-def stop_workers(workers: list[subprocess.Popen[bytes]], timeout: float = 10.0) -> None:
-    """SIGTERM (RQ's warm shutdown), a second SIGTERM (cold: a long step is cut short), then SIGKILL."""
-    for proc in workers:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+def stop_workers(workers: list[subprocess.Popen[bytes]], timeout: float = 4.0) -> None:
+    """Stop each worker's whole process group (the worker, RQ's scheduler, any horse).
+
+    SIGTERM (RQ's warm shutdown), a second one after RQ's 1-second grace (a cold
+    shutdown, which cuts a long step short: the sweep finds that attempt later),
+    then SIGKILL for whatever is left.
+    """
+
+    def signal_groups(sig: int) -> None:
+        for proc in workers:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, sig)
+
+    signal_groups(signal.SIGTERM)
+    second_at = time.monotonic() + 1.2
     deadline = time.monotonic() + timeout
-    second_at = time.monotonic() + 1.5  # RQ ignores a second signal within 1 s
     sent_second = False
     while any(p.poll() is None for p in workers) and time.monotonic() < deadline:
         if not sent_second and time.monotonic() >= second_at:
-            for proc in workers:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
+            signal_groups(signal.SIGTERM)
             sent_second = True
         time.sleep(0.05)
+    signal_groups(signal.SIGKILL)  # also what a worker left behind after exiting
     for proc in workers:
-        if proc.poll() is None:
-            proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(5)
 
@@ -527,6 +533,9 @@ def running(services: Services) -> Iterator[Services]:
     try:
         yield services
     finally:
+        # A second Ctrl-C must not cut the cleanup short and leave servers behind.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
         say("stopping…")
         services.stop()
 

