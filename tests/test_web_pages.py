@@ -1,0 +1,286 @@
+"""The dashboard pages show runs in every state, in the words an operator reads."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from flask import Flask
+
+from pgbus_flask.web.presenter import NEXT_KEYS
+
+from .conftest import work
+from .webtools import count_testid, engine_of, seed_every_state, sql, text_of
+from .workflows import FailsUntil, FansOut, PausesItself, ThreeSteps, WaitsForPayment
+
+
+def card(page: str, name: str) -> str:
+    found = re.search(rf'data-testid="card-{name}".*?class="card-number">([^<]+)<', page, re.S)
+    assert found, name
+    return found.group(1)
+
+
+def says(sentence: str, text: str) -> bool:
+    """``sentence`` is in ``text``, "just now" also matching a few seconds ago (the seed takes a moment)."""
+    pattern = re.escape(sentence).replace(re.escape("just now"), r"(?:just now|\d+ seconds? ago)")
+    return re.search(pattern, text) is not None
+
+
+def row_of(page: str, workflow_id: str) -> str:
+    found = re.search(rf'<tr data-testid="run-row" data-workflow-id="{workflow_id}".*?</tr>', page, re.S)
+    assert found, workflow_id
+    return found.group(0)
+
+
+def test_empty_overview(app: Flask) -> None:
+    page = app.test_client().get("/pgbus/").get_data(as_text=True)
+    assert "No workflow runs yet." in text_of(page)
+    assert card(page, "ongoing") == card(page, "paused") == card(page, "attention") == "0"
+
+
+def test_overview_cards_and_counts(app: Flask) -> None:
+    with app.app_context():
+        ThreeSteps.start(order_id=1)
+        FailsUntil.start(fail_until=5)
+        FailsUntil.start(fail_until=5)
+        PausesItself.start()
+        WaitsForPayment.start()
+        work(engine_of(app))
+    page = app.test_client().get("/pgbus/").get_data(as_text=True)
+    assert (card(page, "ongoing"), card(page, "paused"), card(page, "attention")) == ("4", "3", "3")
+    assert "3 runs need a person" in text_of(page)
+    assert 'href="/pgbus/attention"' in page and 'href="/pgbus/runs?status=paused"' in page
+    fails = re.search(r'data-testid="counts-row" data-class="FailsUntil".*?</tr>', page, re.S)
+    assert fails and 'href="/pgbus/runs?workflow_class=FailsUntil&amp;status=paused" data-testid="count-paused">2<' \
+        in fails.group(0)
+
+
+EXPECTED = {
+    "scheduled": ("scheduled", "Scheduled: reserve runs in 1 hour."),
+    "queued": ("queued", "Queued: reserve runs as soon as a worker is free (due just now)."),
+    "overdue": ("overdue", "Overdue: reserve was due 10 minutes ago and no worker has taken it; "
+                           "the sweep sends it again."),
+    "running": ("running", "Running reserve (attempt 1), started 2 minutes ago."),
+    "possibly_stalled": ("possibly_stalled", "Running reserve past its deadline (1 minute ago): its worker may "
+                                             "have died; the sweep will declare it stalled."),
+    "waiting_signal": ("waiting", "Waiting for signal go at wait since just now."),
+    "waiting_signal_deadline": ("waiting", "Waiting for signal payment_confirmed at confirm since just now; "
+                                           "the wait ends in 2 hours."),
+    "waiting_batch": ("waiting", "Waiting for batch notify_vendors (2 of 3 jobs done)."),
+    "paused_error": ("paused_error", "Paused since just now: capture failed with TimeoutError. Resume retries it."),
+    "stalled": ("stalled", "Paused since just now: capture stalled (its worker stopped responding). "
+                           "Resume retries it."),
+    "paused_manual": ("paused", "Paused at check since just now; nothing runs until someone resumes it."),
+    "finished": ("finished", "Finished just now."),
+    "cancelled": ("cancelled", "Cancelled just now."),
+}
+
+
+def test_runs_list_shows_every_state(app: Flask) -> None:
+    ids = seed_every_state(app)
+    page = app.test_client().get("/pgbus/runs").get_data(as_text=True)
+    assert count_testid(page, "run-row") == len(ids)
+    for state, (badge, sentence) in EXPECTED.items():
+        row = row_of(page, ids[state])
+        assert f'data-testid="status-badge" data-value="{badge}"' in row, state
+        assert says(sentence, text_of(row)), (state, text_of(row))
+        assert "<time datetime=" in row
+
+
+def test_every_next_key_is_covered_by_the_seed() -> None:
+    assert {key for key in NEXT_KEYS if key not in ("waiting", "waiting_any_signal")} <= {
+        "scheduled", "queued", "overdue", "running", "possibly_stalled", "waiting_signal", "waiting_signal_deadline",
+        "waiting_batch", "paused_error", "stalled", "paused_manual", "finished", "cancelled"}
+
+
+def test_every_run_page_renders(app: Flask) -> None:
+    ids = seed_every_state(app)
+    client = app.test_client()
+    for state, workflow_id in ids.items():
+        response = client.get(f"/pgbus/runs/{workflow_id}")
+        assert response.status_code == 200, state
+        page = response.get_data(as_text=True)
+        header = re.search(r'data-testid="run-header".*?</header>', page, re.S)
+        assert header and says(EXPECTED[state][1], text_of(header.group(0))), state
+        assert count_testid(page, "timeline") == 1 and 'data-testid="timeline-legend"' in page
+
+
+def test_runs_list_filters_are_kept_in_the_url(app: Flask) -> None:
+    ids = seed_every_state(app)
+    client = app.test_client()
+    paused = client.get("/pgbus/runs?status=paused").get_data(as_text=True)
+    assert count_testid(paused, "run-row") == 3
+    assert '<option value="paused" selected>' in paused
+    stuck = client.get("/pgbus/runs?reason=stalled").get_data(as_text=True)
+    assert count_testid(stuck, "run-row") == 1 and ids["stalled"] in stuck
+    by_class = client.get("/pgbus/runs?workflow_class=FailsUntil&step=capture").get_data(as_text=True)
+    assert count_testid(by_class, "run-row") == 2 and 'value="capture"' in by_class
+    subject = client.get("/pgbus/runs?subject=Order+3").get_data(as_text=True)
+    assert count_testid(subject, "run-row") == 1 and ids["waiting_signal_deadline"] in subject
+    text = client.get(f"/pgbus/runs?text={ids['finished'][:8]}").get_data(as_text=True)
+    assert count_testid(text, "run-row") == 1
+    assert "No runs match these filters." in text_of(client.get("/pgbus/runs?text=nothing-like-this").get_data(
+        as_text=True))
+
+
+def test_runs_list_pages_with_a_keyset_cursor(app: Flask) -> None:
+    with app.app_context():
+        for order in range(55):
+            ThreeSteps.start(order_id=order, subject=("Order", order))
+    client = app.test_client()
+    first = client.get("/pgbus/runs?workflow_class=ThreeSteps").get_data(as_text=True)
+    assert count_testid(first, "run-row") == 50
+    found = re.search(r'href="([^"]+)" data-testid="next-page"', first)
+    assert found and "workflow_class=ThreeSteps" in found.group(1) and "before=" in found.group(1)
+    second = client.get(found.group(1).replace("&amp;", "&")).get_data(as_text=True)
+    assert count_testid(second, "run-row") == 5 and 'data-testid="next-page"' not in second
+    assert 'data-testid="first-page"' in second
+    assert "Order 0" in text_of(second) and "Order 54" not in text_of(second)
+
+
+@pytest.mark.parametrize("query", ["status=nope", "reason=nope", "before=abc"])
+def test_bad_filters_are_a_readable_400(app: Flask, query: str) -> None:
+    response = app.test_client().get(f"/pgbus/runs?{query}")
+    assert response.status_code == 400
+    assert 'data-testid="error-page"' in response.get_data(as_text=True)
+
+
+@pytest.mark.settings(PGBUS_SUBJECT_URL=lambda kind, ident: f"/admin/{kind.lower()}s/{ident}")
+def test_run_page_of_a_failed_run(app: Flask) -> None:
+    with app.app_context():
+        run = FailsUntil.start(fail_until=9, subject=("Order", 1042), note={"gift": True})
+        work(engine_of(app))
+    page = app.test_client().get(f"/pgbus/runs/{run.workflow_id}").get_data(as_text=True)
+    text = text_of(page)
+    assert '<a href="/admin/orders/1042" data-testid="subject">Order 1042</a>' in page
+    assert 'data-testid="status-badge" data-value="paused_error"' in page
+    # exactly the available actions the dashboard has buttons for, resume labelled by its plan
+    assert re.findall(r'data-testid="action-(\w+)"', page) == ["resume", "resume_at", "skip", "cancel"]
+    assert re.search(r'data-testid="action-resume-submit">\s*Retry capture\s*<', page)
+    assert '<option value="capture" selected>capture</option><option value="notify" >notify</option>' in \
+        page.replace("\n", "")
+    assert 'data-confirm="Cancel this FailsUntil run? Its open step is cancelled and nothing else runs."' in page
+    assert count_testid(page, "signal-form") == 1
+    attempt = re.search(r'data-testid="attempt-row" data-step="capture" data-attempt="1" data-status="failed"', page)
+    assert attempt and "gateway timed out on attempt 1" in text
+    assert 'data-testid="backtrace"' in page and "Traceback (most recent call last)" in page
+    assert "Step failed by system (capture #1)" in text
+    assert "Paused by system (capture #1): TimeoutError: gateway timed out on attempt 1" in text
+    assert "Started by app" in text
+    assert "&#34;gift&#34;: true" in page or "&quot;gift&quot;: true" in page
+    assert 'data-testid="outdated-notice"' not in page
+
+
+def test_run_page_of_a_finished_run_has_outputs_and_only_rerun(app: Flask) -> None:
+    with app.app_context():
+        run = ThreeSteps.start(7, order_id=21)
+        work(engine_of(app))
+    page = app.test_client().get(f"/pgbus/runs/{run.workflow_id}").get_data(as_text=True)
+    assert re.findall(r'data-testid="action-(\w+)"', page) == ["rerun"]
+    assert count_testid(page, "signal-form") == 0
+    outputs = re.search(r'data-testid="outputs">(.*?)</pre>', page, re.S)
+    assert outputs and "shipped 42" in outputs.group(1)
+    assert count_testid(page, "attempt-row") == 3 and count_testid(page, "timeline-bar") == 3
+
+
+def test_run_page_of_a_waiting_run_lists_its_signals(app: Flask) -> None:
+    with app.app_context():
+        run = WaitsForPayment.start()
+        work(engine_of(app))
+        run.signal("unrelated", {"x": 1}, idempotency_key="k1")
+    page = app.test_client().get(f"/pgbus/runs/{run.workflow_id}").get_data(as_text=True)
+    assert re.findall(r'data-testid="action-(\w+)"', page) == ["resume_at", "skip", "cancel"]
+    assert 'data-testid="signal-row" data-status="pending"' in page
+    assert 'data-testid="signal-badge" data-value="pending">Pending<' in page
+    assert "Signal received by app" in text_of(page)
+
+
+def test_run_now_is_offered_for_a_step_scheduled_later(app: Flask) -> None:
+    with app.app_context():
+        run = ThreeSteps.start(order_id=1)
+    sql(app, "UPDATE pgbus_workflow_steps SET scheduled_at = now() + interval '1 hour' WHERE workflow_id = %s",
+        run.workflow_id)
+    page = app.test_client().get(f"/pgbus/runs/{run.workflow_id}").get_data(as_text=True)
+    assert re.findall(r'data-testid="action-(\w+)"', page) == ["resume_at", "run_now", "skip", "cancel"]
+
+
+def test_outdated_definition_and_missing_class_notices(app: Flask) -> None:
+    with app.app_context():
+        outdated = FailsUntil.start(fail_until=9)
+        gone = FailsUntil.start(fail_until=9)
+        work(engine_of(app))
+    sql(app, "UPDATE pgbus_workflows SET definition_digest = 'old' WHERE workflow_id = %s", outdated.workflow_id)
+    sql(app, "UPDATE pgbus_workflows SET workflow_class = 'RemovedWorkflow' WHERE workflow_id = %s", gone.workflow_id)
+    client = app.test_client()
+    page = client.get(f"/pgbus/runs/{outdated.workflow_id}").get_data(as_text=True)
+    assert "This run started on an older definition of FailsUntil" in text_of(page)
+    page = client.get(f"/pgbus/runs/{gone.workflow_id}").get_data(as_text=True)
+    assert 'data-testid="class-missing-notice"' in page
+    assert re.findall(r'data-testid="action-(\w+)"', page) == ["cancel"]
+
+
+def test_attention_page_groups_with_bulk_confirms(app: Flask) -> None:
+    with app.app_context():
+        for _ in range(3):
+            FailsUntil.start(fail_until=9)
+        PausesItself.start()
+        ThreeSteps.start(order_id=1)
+        work(engine_of(app))
+        overdue = ThreeSteps.start(order_id=2)
+    sql(app, "UPDATE pgbus_workflow_steps SET scheduled_at = now() - interval '1 hour' WHERE workflow_id = %s",
+        overdue.workflow_id)
+    page = app.test_client().get("/pgbus/attention").get_data(as_text=True)
+    groups = re.findall(r'<section class="panel group" data-testid="attention-group".*?</section>', page, re.S)
+    assert len(groups) == 3
+    first = groups[0]
+    assert 'data-class="FailsUntil" data-step="capture" data-reason="paused_error"' in first
+    assert 'data-testid="group-count">3<' in first
+    assert 'data-confirm="Resume all 3 runs paused at capture on TimeoutError?"' in first
+    assert "gateway timed out on attempt 1" in text_of(first)
+    assert 'href="/pgbus/runs?workflow_class=FailsUntil&amp;reason=paused_error&amp;step=capture"' in first
+    assert re.findall(r'data-testid="bulk-(\w+)"', first) == ["resume", "skip", "cancel"]
+    overdue_group = next(g for g in groups if 'data-reason="overdue"' in g)
+    assert re.findall(r'data-testid="bulk-(\w+)"', overdue_group) == ["skip", "cancel"]
+    runs = app.test_client().get("/pgbus/runs?workflow_class=FailsUntil&reason=paused_error&step=capture")
+    assert count_testid(runs.get_data(as_text=True), "run-row") == 3
+
+
+def test_attention_page_when_nothing_is_stuck(app: Flask) -> None:
+    assert "No run needs attention." in text_of(app.test_client().get("/pgbus/attention").get_data(as_text=True))
+
+
+def test_batch_page(app: Flask) -> None:
+    from .webtools import work_some
+
+    with app.app_context():
+        run = FansOut.start(n=4, fail_at=0, on_child_failure="ignore")
+        work_some(engine_of(app), 1)
+        work_some(engine_of(app), 3)
+    client = app.test_client()
+    run_page = client.get(f"/pgbus/runs/{run.workflow_id}").get_data(as_text=True)
+    link = re.search(r'<a href="(/pgbus/batches/\d+)"><code', run_page)
+    assert link, "the next-step sentence links the batch"
+    assert "Waiting for batch notify_vendors (2 of 4 jobs done)." in text_of(run_page)
+    page = client.get(link.group(1)).get_data(as_text=True)
+    assert 'data-testid="batch-progress" data-done="2" data-failed="1" data-total="4"' in page
+    assert "2 of 4 jobs done, 1 failed" in text_of(page)
+    assert count_testid(page, "batch-child") == 4 and count_testid(page, "batch-bar") == 1
+    assert "vendor 0 is down" in text_of(page) and "vendor 1 notified" in page
+    assert client.get("/pgbus/batches/999999").status_code == 404
+
+
+@pytest.mark.parametrize("workflow_id", ["00000000-0000-0000-0000-000000000000", "not-a-uuid", "1;DROP"])
+def test_unknown_run_is_a_404_page(app: Flask, workflow_id: str) -> None:
+    response = app.test_client().get(f"/pgbus/runs/{workflow_id}")
+    assert response.status_code == 404
+    assert "No workflow run has the id" in text_of(response.get_data(as_text=True))
+
+
+def test_static_assets_are_served_by_the_blueprint(app: Flask) -> None:
+    client = app.test_client()
+    page = client.get("/pgbus/").get_data(as_text=True)
+    assert 'href="/pgbus/static/pgbus.css"' in page and 'src="/pgbus/static/pgbus.js"' in page
+    css = client.get("/pgbus/static/pgbus.css")
+    assert css.status_code == 200 and b"prefers-color-scheme: dark" in css.data
+    assert client.get("/pgbus/static/pgbus.js").status_code == 200
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")

@@ -1,0 +1,228 @@
+"""Who may use the dashboard, CSRF on every change, escaping everywhere, and pages that fail readably."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from flask import Flask
+from werkzeug.exceptions import Forbidden
+
+from pgbus_flask import Workflow, step
+from pgbus_flask.errors import DatabaseUnavailable
+from pgbus_flask.handle import Run
+
+from .conftest import work
+from .webtools import csrf, engine_of, text_of
+from .workflows import ThreeSteps
+
+XSS = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+RAW = ("<script>alert", "<img src=x", "onerror=alert(1)>")
+
+
+class HostileInput(Workflow):
+    """Fails with whatever message it was started with."""
+
+    @step
+    def hostile(self) -> None:
+        raise ValueError(self.kwargs["msg"])
+
+    @step
+    def after(self) -> str:
+        return "after"
+
+
+def assert_escaped(page: str) -> None:
+    for raw in RAW:
+        assert raw not in page, raw
+    assert "&lt;script&gt;alert(" in page
+
+
+# -- who may use it ------------------------------------------------------------------------
+
+
+def refuse(request: Any) -> None:
+    return None
+
+
+def forbid(request: Any) -> str:
+    raise Forbidden("Only the ops team may open pgbus.")
+
+
+@pytest.mark.settings(PGBUS_DASHBOARD_AUTH=refuse)
+def test_auth_that_refuses_is_a_401(app: Flask) -> None:
+    response = app.test_client().get("/pgbus/")
+    assert response.status_code == 401
+    assert "You are not allowed to use the pgbus dashboard: please sign in." in text_of(
+        response.get_data(as_text=True))
+
+
+@pytest.mark.settings(PGBUS_DASHBOARD_AUTH=forbid)
+def test_auth_may_raise_forbidden(app: Flask) -> None:
+    response = app.test_client().get("/pgbus/runs")
+    assert response.status_code == 403
+    assert "Only the ops team may open pgbus." in text_of(response.get_data(as_text=True))
+
+
+@pytest.mark.settings(PGBUS_DASHBOARD_AUTH=lambda request: request.headers.get("X-User"))
+def test_auth_names_the_actor(app: Flask) -> None:
+    client = app.test_client()
+    assert client.get("/pgbus/").status_code == 401
+    page = client.get("/pgbus/", headers={"X-User": "carol"}).get_data(as_text=True)
+    assert 'data-testid="actor">dashboard:carol<' in page
+
+
+@pytest.mark.settings(PGBUS_DASHBOARD_AUTH=refuse)
+def test_posts_are_refused_before_anything_else(app: Flask) -> None:
+    with app.app_context():
+        run = ThreeSteps.start(order_id=1)
+    response = app.test_client().post(f"/pgbus/runs/{run.workflow_id}/actions/cancel", data={"confirmed": "1"})
+    assert response.status_code == 401
+    assert Run(engine_of(app), run.workflow_id).status == "ready"
+
+
+def test_without_auth_a_production_app_refuses_with_an_explanation(app: Flask) -> None:
+    app.testing = False
+    response = app.test_client().get("/pgbus/")
+    assert response.status_code == 403
+    assert "set PGBUS_DASHBOARD_AUTH to a function that returns the name of the signed-in operator" in text_of(
+        response.get_data(as_text=True))
+    assert app.test_client().get("/pgbus/static/pgbus.css").status_code == 200, "error pages stay styled"
+
+
+def test_without_auth_a_debug_app_serves_anonymous(app: Flask) -> None:
+    app.testing = False
+    app.debug = True
+    page = app.test_client().get("/pgbus/").get_data(as_text=True)
+    assert 'data-testid="actor">dashboard:anonymous<' in page
+
+
+@pytest.mark.settings(PGBUS_DASHBOARD_PUBLIC=True)
+def test_a_public_dashboard_serves_anonymous(app: Flask) -> None:
+    app.testing = False
+    with app.app_context():
+        run = ThreeSteps.start(order_id=1)
+    client = app.test_client()
+    token = csrf(client)
+    client.post(f"/pgbus/runs/{run.workflow_id}/actions/cancel", data={"csrf_token": token, "confirmed": "1"})
+    assert Run(engine_of(app), run.workflow_id).events()[-1]["actor"] == "dashboard:anonymous"
+
+
+# -- CSRF --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["missing", "wrong", "no-cookie"])
+def test_a_post_without_a_valid_csrf_token_is_a_400_and_changes_nothing(app: Flask, case: str) -> None:
+    with app.app_context():
+        run = ThreeSteps.start(order_id=1)
+    client = app.test_client()
+    token = csrf(client)
+    data = {"confirmed": "1", "reason": "x"}
+    if case == "wrong":
+        data["csrf_token"] = token[:-2] + "xx"
+    elif case == "no-cookie":
+        data["csrf_token"] = token
+        client = app.test_client()
+    for url in (f"/pgbus/runs/{run.workflow_id}/actions/cancel", f"/pgbus/runs/{run.workflow_id}/signals",
+                "/pgbus/attention/bulk"):
+        response = client.post(url, data={**data, "name": "go", "action": "cancel"})
+        assert response.status_code == 400, url
+        assert "security token is missing or out of date" in text_of(response.get_data(as_text=True))
+    after = Run(engine_of(app), run.workflow_id)
+    assert after.status == "ready" and after.signals() == []
+
+
+def test_the_csrf_cookie_is_http_only_and_strict(app: Flask) -> None:
+    response = app.test_client().get("/pgbus/")
+    cookie = next(h for h in response.headers.getlist("Set-Cookie") if h.startswith("pgbus_csrf="))
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/pgbus" in cookie
+
+
+# -- escaping ------------------------------------------------------------------------------
+
+
+@pytest.mark.settings(PGBUS_DASHBOARD_AUTH=lambda request: '<b onmouseover="x">mallory</b>')
+def test_hostile_text_comes_out_escaped_everywhere(app: Flask) -> None:
+    with app.app_context():
+        run = HostileInput.start(XSS, msg=XSS, subject=(XSS, XSS))
+        work(engine_of(app))
+        run.signal(XSS, {"html": XSS}, idempotency_key=XSS, actor=XSS, reason=XSS)
+    client = app.test_client()
+    token = csrf(client)
+    client.post(f"/pgbus/runs/{run.workflow_id}/actions/resume_at",
+                data={"csrf_token": token, "confirmed": "1", "step": "hostile", "reason": XSS})
+    with app.app_context():
+        work(engine_of(app))
+    pages = {
+        "run": client.get(f"/pgbus/runs/{run.workflow_id}").get_data(as_text=True),
+        "runs": client.get("/pgbus/runs").get_data(as_text=True),
+        "attention": client.get("/pgbus/attention").get_data(as_text=True),
+        "filters": client.get("/pgbus/runs", query_string={"text": XSS, "subject": XSS}).get_data(as_text=True),
+        "confirm": client.post(f"/pgbus/runs/{run.workflow_id}/actions/cancel",
+                               data={"csrf_token": token, "reason": XSS}).get_data(as_text=True),
+        "bad-json": client.post(f"/pgbus/runs/{run.workflow_id}/signals",
+                                data={"csrf_token": token, "name": XSS, "payload": XSS}).get_data(as_text=True),
+    }
+    for name, page in pages.items():
+        for raw in RAW:
+            assert raw not in page, (name, raw)
+        assert "<b onmouseover" not in page, name
+    run_text = text_of(pages["run"])
+    assert f"ValueError {XSS}" in run_text, "the error message, escaped, reads as typed"
+    assert f"{XSS} {XSS}" in run_text, "the subject"
+    assert f"Resumed by dashboard:<b onmouseover=\"x\">mallory</b> (hostile #1): {XSS}" in run_text
+    assert f"Signal received by {XSS}: {XSS}" in run_text
+    assert_escaped(pages["run"])
+    assert_escaped(pages["attention"])
+    args = re.search(r'data-testid="arguments">(.*?)</pre>', pages["run"], re.S)
+    assert args and "&lt;script&gt;" in args.group(1)
+
+
+@pytest.mark.settings(PGBUS_SUBJECT_URL=lambda kind, ident: "javascript:alert(document.cookie)")
+def test_an_unsafe_subject_url_is_not_linked(app: Flask) -> None:
+    with app.app_context():
+        run = ThreeSteps.start(order_id=1, subject=("Order", 1))
+    page = app.test_client().get(f"/pgbus/runs/{run.workflow_id}").get_data(as_text=True)
+    assert "javascript:" not in page
+    assert '<span data-testid="subject">Order 1</span>' in page
+
+
+# -- failures read as pages ---------------------------------------------------------------
+
+
+def test_postgresql_down_is_a_readable_503(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    @contextmanager
+    def unreachable() -> Iterator[Any]:
+        raise DatabaseUnavailable("PostgreSQL is unreachable: connection refused")
+        yield
+
+    monkeypatch.setattr(engine_of(app).db, "connection", unreachable)
+    client = app.test_client()
+    for url in ("/pgbus/", "/pgbus/runs", "/pgbus/attention", "/pgbus/runs/00000000-0000-0000-0000-000000000001",
+                "/pgbus/batches/1"):
+        response = client.get(url)
+        assert response.status_code == 503, url
+        page = response.get_data(as_text=True)
+        assert "The dashboard cannot reach PostgreSQL right now" in text_of(page) and "Traceback" not in page
+
+
+def test_a_raw_psycopg_operational_error_is_a_503_too(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pgbus_flask import queries
+
+    def lost(*args: Any, **kwargs: Any) -> None:
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(queries, "status_counts", lost)
+    response = app.test_client().get("/pgbus/")
+    assert response.status_code == 503
+    assert "PostgreSQL is unreachable" in text_of(response.get_data(as_text=True))
+
+
+def test_security_headers(app: Flask) -> None:
+    response = app.test_client().get("/pgbus/")
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert response.headers["Cache-Control"] == "no-store"
