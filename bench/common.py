@@ -1,0 +1,163 @@
+"""Shared helpers of the benchmarks: databases of their own, pg_stat_database counters,
+worker processes that are always killed, percentiles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VENV_BIN = os.path.dirname(sys.executable)
+DEFAULT_SERVER = os.environ.get("PGBUS_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+DEFAULT_REDIS = os.environ.get("PGBUS_BENCH_REDIS_URL", "redis://127.0.0.1:6379/9")
+
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+def db_url(server_url: str, name: str) -> str:
+    from pgbus_flask.testing import with_database
+
+    return with_database(server_url, name)
+
+
+def create_database(server_url: str, name: str, *, migrate: bool = True, template: str | None = None) -> str:
+    """Drop and create database ``name`` (migrated unless told otherwise); returns its URL."""
+    from pgbus_flask.migrate import apply
+
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+    url = db_url(server_url, name)
+    if migrate and template is None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            apply(conn)
+    return url
+
+
+def drop_database(server_url: str, name: str) -> None:
+    with contextlib.suppress(Exception), psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def xact_commit(server_url: str, name: str) -> int:
+    """Committed transactions of database ``name`` so far (read from another database, so the
+    read itself is not counted); the statistics of backends that are still busy may lag ~1 s."""
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        return int(conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s",
+                                (name,)).fetchone()[0])  # type: ignore[index]
+
+
+def settle_stats(server_url: str, name: str, timeout: float = 15.0) -> int:
+    """xact_commit once it has stopped moving (every backend flushed its counters)."""
+    last = xact_commit(server_url, name)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(1.2)
+        now = xact_commit(server_url, name)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
+def env_for(database_url: str, redis_url: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""),
+        PGBUS_DATABASE_URL=database_url,
+        PGBUS_REDIS_URL=redis_url,
+        PGBUS_IMPORT="tests.workflows",
+        **extra,
+    )
+    return env
+
+
+class Processes:
+    """Worker processes started by a benchmark; all are killed on exit, whatever happens."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, argv: Sequence[str], env: dict[str, str], log_path: str) -> subprocess.Popen[bytes]:
+        log = open(log_path, "ab")  # noqa: SIM115
+        proc = subprocess.Popen(list(argv), env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def wait(self, timeout: float) -> bool:
+        """Wait for every process to exit; False if some are still running at ``timeout``."""
+        deadline = time.monotonic() + timeout
+        for proc in self.procs:
+            left = deadline - time.monotonic()
+            try:
+                proc.wait(max(left, 0.01))
+            except subprocess.TimeoutExpired:
+                return False
+        return True
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM (RQ's warm shutdown) to each process group, then SIGKILL what is left."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in self.procs:
+            try:
+                proc.wait(max(deadline - time.monotonic(), 0.01))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        # Forking workers leave horses/scheduler children in the group: end them too.
+        for proc in self.procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        self.procs.clear()
+
+    def __enter__(self) -> Processes:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def timer() -> Iterator[list[float]]:
+    box: list[float] = []
+    start = time.perf_counter()
+    try:
+        yield box
+    finally:
+        box.append(time.perf_counter() - start)
+
+
+def pct(values: Sequence[float], p: float) -> float:
+    """The p-th percentile (nearest rank) of ``values``."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(1, min(len(ordered), round(p / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"

@@ -1,0 +1,261 @@
+"""The sweep's cost on ongoing runs with nothing to do, at 10,000 and 100,000 runs.
+
+    /work/venv/bin/python -m bench.sweep_cost                        # 10,000 and 100,000 runs
+    /work/venv/bin/python -m bench.sweep_cost --sizes 2000,20000     # quicker
+
+For each size the script seeds, with ``INSERT ... SELECT generate_series``, N
+ongoing runs none of which the sweep must touch:
+
+* 40% waiting on a signal with no deadline (1 in 10 of them parked on an open
+  fan-out batch of 10 children sent just now),
+* 30% ready with their step scheduled a day ahead,
+* 20% paused on a failed step (a third of them on StepStalled),
+* 10% running an attempt whose stall deadline is an hour ahead,
+
+each with two completed earlier steps, plus N/2 finished runs of 5 completed
+steps updated a day ago (inside PGBUS_RETENTION's 30 days), then ANALYZE. It
+times ``pgbus_flask.sweep.sweep(engine)`` (median of ``--repeat``) and each of
+its parts, prints the EXPLAIN (ANALYZE, BUFFERS) plan of every statement the
+sweep sends (captured while it runs), and times the dashboard reads of
+``pgbus_flask.queries`` (status counts, stuck reason counts, attention groups,
+the ids of one group, a runs page filtered by reason) with the plan of each
+that is slow. The two sizes are printed side by side. Its databases are dropped
+at the end. Timings are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, create_database, drop_database, ms
+
+DB_PREFIX = "pgbus_bench_sweep"
+SLOW = 0.050  # a dashboard read slower than this (median) gets its plan printed
+
+SEED = """
+INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, definition_digest, started_by,
+                             paused_at, created_at, updated_at)
+SELECT md5('run' || i)::uuid,
+       (ARRAY['FiveNoop', 'ThreeSteps', 'WaitsForPayment'])[1 + i % 3],
+       CASE WHEN i % 10 < 4 THEN 'waiting' WHEN i % 10 < 7 THEN 'ready' WHEN i % 10 < 9 THEN 'paused'
+            ELSE 'running' END,
+       's3', 'bench', 'bench',
+       CASE WHEN i % 10 IN (7, 8) THEN now() - interval '1 hour' END,
+       now() - interval '2 hours', now() - interval '1 hour'
+FROM generate_series(1, %(n)s) i;
+
+INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, definition_digest, started_by,
+                             created_at, updated_at, finished_at)
+SELECT md5('done' || i)::uuid, 'FiveNoop', 'finished', 's5', 'bench', 'bench',
+       now() - interval '2 days', now() - interval '1 day', now() - interval '1 day'
+FROM generate_series(1, %(n)s / 2) i;
+
+-- Fan-out: one waiting run in ten parks on an open batch of 10 children sent just now.
+INSERT INTO pgbus_batches (workflow_id, step_id, step_name, func, queue, on_child_failure, status, total)
+SELECT md5('run' || i)::uuid, 0, 's3', 'tests.workflows.vendor_child', 'pgbus', 'fail', 'open', 10
+FROM generate_series(1, %(n)s) i WHERE i % 100 = 0;
+INSERT INTO pgbus_batch_children (batch_id, position, args, status, job_id, enqueued_at)
+SELECT b.id, p, '[1]'::jsonb, 'pending', 'bench-' || b.id || '-' || p, now()
+FROM pgbus_batches b CROSS JOIN generate_series(0, 9) p;
+
+-- Two completed steps per ongoing run, then its current one.
+INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status, scheduled_at,
+                                  enqueued_at, started_at, finished_at, outcome, output)
+SELECT md5('run' || i)::uuid, (ARRAY['FiveNoop', 'ThreeSteps', 'WaitsForPayment'])[1 + i % 3],
+       's' || k, 1, 'completed', now() - interval '2 hours', now() - interval '2 hours',
+       now() - interval '2 hours', now() - interval '2 hours', 'completed', 'null'::jsonb
+FROM generate_series(1, %(n)s) i CROSS JOIN generate_series(1, 2) k;
+
+INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status, scheduled_at,
+                                  enqueued_at, job_id, started_at, stall_at, finished_at, outcome,
+                                  error_class, error_message, waiting_since, timeout_at, batch_id)
+SELECT md5('run' || i)::uuid, (ARRAY['FiveNoop', 'ThreeSteps', 'WaitsForPayment'])[1 + i % 3], 's3', 1,
+       CASE WHEN i % 10 < 4 THEN 'waiting' WHEN i % 10 < 7 THEN 'scheduled' WHEN i % 10 < 9 THEN 'failed'
+            ELSE 'in_progress' END,
+       CASE WHEN i % 10 BETWEEN 4 AND 6 THEN now() + interval '1 day' ELSE now() - interval '1 hour' END,
+       now() - interval '1 hour', 'job-' || i,
+       CASE WHEN i % 10 >= 7 THEN now() - interval '1 hour' END,
+       CASE WHEN i % 10 = 9 THEN now() + interval '1 hour' END,
+       CASE WHEN i % 10 IN (7, 8) THEN now() - interval '1 hour' END,
+       CASE WHEN i % 10 IN (7, 8) THEN 'failed' END,
+       CASE WHEN i % 10 IN (7, 8) THEN
+           CASE WHEN i % 3 = 0 THEN 'pgbus_flask.errors.StepStalled' ELSE 'ValueError' END END,
+       CASE WHEN i % 10 IN (7, 8) THEN 'seeded failure ' || (i % 7) END,
+       CASE WHEN i % 10 < 4 THEN now() - interval '10 minutes' END,
+       NULL,
+       b.id
+FROM generate_series(1, %(n)s) i
+LEFT JOIN pgbus_batches b ON b.workflow_id = md5('run' || i)::uuid;
+
+UPDATE pgbus_batches b SET step_id = s.id FROM pgbus_workflow_steps s
+WHERE s.batch_id = b.id;
+
+INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status, scheduled_at,
+                                  enqueued_at, started_at, finished_at, outcome, output)
+SELECT md5('done' || i)::uuid, 'FiveNoop', 's' || k, 1, 'completed', now() - interval '2 days',
+       now() - interval '2 days', now() - interval '2 days', now() - interval '1 day', 'completed', 'null'::jsonb
+FROM generate_series(1, %(n)s / 2) i CROSS JOIN generate_series(1, 5) k;
+
+-- One audit event per run, so the cascade of the retention DELETE has something to look at.
+INSERT INTO pgbus_workflow_events (workflow_id, event, actor)
+SELECT workflow_id, 'started', 'bench' FROM pgbus_workflows;
+"""
+
+
+def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    """Median seconds of ``repeat`` calls after one warm-up call, and the last result."""
+    result = fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), result
+
+
+def capture_statements(fn: Callable[[], Any]) -> list[tuple[str, Any]]:
+    """Every (query, params) that ``fn`` sends through ``Connection.execute``."""
+    seen: list[tuple[str, Any]] = []
+    real = psycopg.Connection.execute
+
+    def execute(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        text = query.decode() if isinstance(query, bytes) else query if isinstance(query, str) else str(query)
+        seen.append((text, params))
+        return real(self, query, params, **kw)
+
+    psycopg.Connection.execute = execute  # type: ignore[method-assign]
+    try:
+        fn()
+    finally:
+        psycopg.Connection.execute = real  # type: ignore[method-assign]
+    return seen
+
+
+def explain(url: str, query: str, params: Any) -> str:
+    """EXPLAIN (ANALYZE, BUFFERS) of one statement, inside a transaction that is rolled back."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + query).encode(), params).fetchall()
+        conn.rollback()
+    return "\n".join("    " + r[0] for r in rows)
+
+
+def seed(server_url: str, n: int) -> str:
+    name = f"{DB_PREFIX}_{n}"
+    url = create_database(server_url, name)
+    t = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn:
+        with conn.transaction():
+            conn.execute(SEED.replace("%(n)s", str(int(n))).encode())
+        conn.execute("VACUUM ANALYZE")
+        counts = conn.execute(
+            "SELECT (SELECT count(*) FROM pgbus_workflows), (SELECT count(*) FROM pgbus_workflow_steps),"
+            " (SELECT count(*) FROM pgbus_batch_children), pg_size_pretty(pg_database_size(current_database()))"
+        ).fetchone()
+    print(f"  seeded {n:,} ongoing runs (+{n // 2:,} finished): {counts[0]:,} runs, {counts[1]:,} step rows,"
+          f" {counts[2]:,} fan-out children, database {counts[3]}, in {time.perf_counter() - t:.1f} s", flush=True)
+    return url
+
+
+def measure(args: argparse.Namespace, n: int) -> dict[str, Any]:
+    from pgbus_flask import queries, sweep
+    from pgbus_flask.config import Settings
+    from pgbus_flask.engine import Engine
+
+    print(f"\n== {n:,} ongoing runs ==", flush=True)
+    url = seed(args.server_url, n)
+    engine = Engine(Settings.load({"PGBUS_DATABASE_URL": url, "PGBUS_REDIS_URL": args.redis_url,
+                                   "PGBUS_WAITING_THRESHOLD": "1d"}))
+    out: dict[str, Any] = {}
+    try:
+        engine.db.pool.wait()
+        out["sweep"], report = timed(lambda: sweep.sweep(engine), args.repeat)
+        out["report"] = report
+        for part in (sweep._stalled, sweep._overdue, sweep._expired_waits, sweep._lost_children, sweep._retention):
+            out[part.__name__] = timed(lambda p=part: p(engine, sweep.SweepReport()), args.repeat)[0]  # type: ignore
+        statements = capture_statements(lambda: sweep.sweep(engine))
+        out["plans"] = []
+        for query, params in statements:
+            if "advisory" in query:
+                continue
+            out["plans"].append((query, explain(url, query, params)))
+
+        group = None
+        reads: dict[str, Callable[[], Any]] = {
+            "status_counts": lambda: queries.status_counts(engine),
+            "stuck_reason_counts": lambda: queries.stuck_reason_counts(engine),
+            "stuck_reason_counts(one class)": lambda: queries.stuck_reason_counts(engine, "FiveNoop"),
+            "attention_groups": lambda: queries.attention_groups(engine),
+        }
+        groups = queries.attention_groups(engine)
+        if groups:
+            group = max(groups, key=lambda g: g.count)
+            reads["attention_ids(biggest group)"] = lambda: queries.attention_ids(
+                engine, group.workflow_class, group.step_name, group.reason, group.error_class)
+        reads["list_runs(first page)"] = lambda: queries.list_runs(engine, queries.RunFilter())
+        reads["list_runs(reason=paused_error)"] = lambda: queries.list_runs(
+            engine, queries.RunFilter(reason="paused_error"))
+        out["reads"] = {}
+        out["read_plans"] = {}
+        for name, fn in reads.items():
+            seconds, _ = timed(fn, args.repeat)
+            out["reads"][name] = seconds
+            if seconds > SLOW:
+                sent = [s for s in capture_statements(fn) if "now()" not in s[0] or "FROM" in s[0]]
+                query, params = max(sent, key=lambda s: len(s[0]))
+                out["read_plans"][name] = explain(url, query, params)
+        out["groups"] = len(groups)
+    finally:
+        engine.close()
+        if not args.keep:
+            drop_database(args.server_url, f"{DB_PREFIX}_{n}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10000,100000", help="ongoing runs to seed, comma-separated")
+    parser.add_argument("--repeat", type=int, default=7, help="timed calls per figure (median; one warm-up first)")
+    parser.add_argument("--server-url", default=DEFAULT_SERVER)
+    parser.add_argument("--redis-url", default=DEFAULT_REDIS, help="only for the engine's settings (not used)")
+    parser.add_argument("--plans", choices=("largest", "all", "none"), default="largest",
+                        help="print the sweep's plans for the largest size (default), every size, or none")
+    parser.add_argument("--keep", action="store_true", help="keep the seeded databases")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    print(f"bench.sweep_cost: sizes {sizes}, median of {args.repeat},"
+          f" {datetime.now().astimezone().isoformat(timespec='seconds')}")
+    results = {n: measure(args, n) for n in sizes}
+
+    names = [f"{n:,} runs" for n in sizes]
+    print("\n" + f"{'sweep (nothing to do)':<34}" + "".join(f"{x:>16}" for x in names))
+    for key in ("sweep", "_stalled", "_overdue", "_expired_waits", "_lost_children", "_retention"):
+        label = "whole sweep(engine)" if key == "sweep" else f"  part {key.lstrip('_')}"
+        print(f"{label:<34}" + "".join(f"{ms(results[n][key]):>16}" for n in sizes))
+    print(f"{'  rows it acted on':<34}" + "".join(f"{results[n]['report'].total():>16}" for n in sizes))
+    print("\n" + f"{'dashboard reads (queries.py)':<34}" + "".join(f"{x:>16}" for x in names))
+    for name in results[sizes[0]]["reads"]:
+        print(f"{name:<34}" + "".join(f"{ms(results[n]['reads'].get(name, float('nan'))):>16}" for n in sizes))
+
+    shown = sizes if args.plans == "all" else sizes[-1:] if args.plans == "largest" else []
+    for n in shown:
+        print(f"\n-- plans of every statement of one sweep at {n:,} runs (EXPLAIN ANALYZE, BUFFERS) --")
+        for query, plan in results[n]["plans"]:
+            print("\n  " + " ".join(query.split())[:300])
+            print(plan)
+    for n in sizes:
+        for name, plan in results[n]["read_plans"].items():
+            print(f"\n-- slow dashboard read at {n:,} runs: {name} (median {ms(results[n]['reads'][name])}) --")
+            print(plan)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
