@@ -38,7 +38,7 @@ from flask import Flask, redirect, request, url_for
 from markupsafe import Markup, escape
 from psycopg import sql
 
-from . import PgBus, demo_workflows
+from . import PgBus
 from .demo_workflows import (
     InvoiceSync,
     MonthlyReport,
@@ -49,6 +49,7 @@ from .demo_workflows import (
     set_erp_online,
 )
 from .engine import Engine
+from .errors import PgbusError
 from .handle import Run
 from .migrate import apply
 from .testing import Server, embedded_postgres, embedded_redis, wait_until
@@ -554,7 +555,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
     services = Services(os.environ.get("PGBUS_DATABASE_URL") or "", os.environ.get("PGBUS_REDIS_URL") or "")
-    app: Flask | None = None
     try:
         with running(services):
             start_services(services)
@@ -572,6 +572,10 @@ def main(argv: list[str] | None = None) -> int:
             app = create_app(services)
             engine: Engine = app.extensions["pgbus"]
             services.stops.append(engine.close)
+            from werkzeug.serving import make_server
+
+            # Bound now, so a busy port fails before seeding; requests wait until serve_forever.
+            server = make_server(args.host, args.port, app, threaded=True)
             if args.no_seed:
                 pass
             elif already_seeded(engine):
@@ -585,9 +589,9 @@ def main(argv: list[str] | None = None) -> int:
                 traffic = Traffic(engine)
                 services.stops.append(traffic.stop)
                 traffic.start()
-            from werkzeug.serving import make_server
-
-            server = make_server(args.host, args.port, app, threaded=True)
+            if args.host not in ("127.0.0.1", "localhost", "::1"):
+                say(f"warning: the dashboard has no login and listens on {args.host}: anyone who reaches it can "
+                    "act on runs")
             host = f"[{args.host}]" if ":" in args.host else args.host
             say(f"open http://{host}:{server.port}/pgbus/   (Ctrl-C to stop)")
             try:
@@ -596,11 +600,14 @@ def main(argv: list[str] | None = None) -> int:
                 server.server_close()
     except KeyboardInterrupt:
         pass
+    except (PgbusError, OSError, TimeoutError, RuntimeError, psycopg.Error) as exc:
+        say(f"error: {exc}")
+        return 1
     say("stopped")
     return 0
 
 
-__all__ = ["create_app", "demo_workflows", "main", "seed", "subject_url"]
+__all__ = ["create_app", "main", "seed", "subject_url"]
 
 
 if __name__ == "__main__":
