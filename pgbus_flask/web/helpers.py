@@ -19,7 +19,7 @@ from markupsafe import Markup
 from .. import states
 from ..queries import AttentionGroup
 from ..runner import ResumePlan
-from .i18n import N_, code, gettext, html, ngettext, nhtml, time_tag
+from .i18n import N_, code, gettext, markup, ngettext, time_tag, ugettext, ungettext
 from .presenter import Presentation
 
 log = logging.getLogger("pgbus_flask.web")
@@ -160,10 +160,11 @@ def next_sentence(presentation: Presentation, now: datetime) -> Markup:
             args[key] = value
     if presentation.next_key == "waiting_batch":
         args["batch"] = batch_link(presentation.next_args["batch"], presentation.next_args.get("batch_id"))
-        return nhtml("Waiting for batch %(batch)s (%(done)s of %(num)d job done).",
-                     "Waiting for batch %(batch)s (%(done)s of %(num)d jobs done).",
-                     int(presentation.next_args["total"]), batch=args["batch"], done=args["done"])
-    return html(NEXT_MESSAGES[presentation.next_key], **args)
+        total = int(presentation.next_args["total"])
+        return markup(ungettext("Waiting for batch %(batch)s (%(done)s of %(num)d job done).",
+                                "Waiting for batch %(batch)s (%(done)s of %(num)d jobs done).", total),
+                      batch=args["batch"], done=args["done"], num=total)
+    return markup(ugettext(NEXT_MESSAGES[presentation.next_key]), **args)
 
 
 # -- the subject link ----------------------------------------------------------------

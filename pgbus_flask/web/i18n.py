@@ -86,16 +86,23 @@ def ngettext(singular: str, plural: str, num: int, /, **variables: Any) -> str:
     return text % {"num": num, **variables}
 
 
-def html(message: str, /, **variables: Any) -> Markup:
-    """Translate a message that receives HTML fragments: the message is escaped, then every
-    variable is escaped unless it is already :class:`Markup` (links, ``<code>``, ``<time>``)."""
-    return escape(translations_for(current_locale()).gettext(message)) % variables
+def ugettext(message: str) -> str:
+    """The translation of ``message``, unformatted (for :func:`markup`; an extraction keyword)."""
+    return translations_for(current_locale()).gettext(message)
 
 
-def nhtml(singular: str, plural: str, num: int, /, **variables: Any) -> Markup:
-    """:func:`html` with a plural form chosen by ``num`` (``%(num)d`` available)."""
-    text = translations_for(current_locale()).ngettext(singular, plural, num)
-    return escape(text) % {"num": num, **variables}
+def ungettext(singular: str, plural: str, num: int) -> str:
+    """The plural form for ``num``, unformatted (for :func:`markup`; an extraction keyword)."""
+    return translations_for(current_locale()).ngettext(singular, plural, num)
+
+
+def markup(translated: str, /, **variables: Any) -> Markup:
+    """Fill a translated message with HTML fragments: the message is escaped, then every
+    variable is escaped unless it is already :class:`Markup` (links, ``<code>``, ``<time>``).
+
+    ``markup(ugettext("Waiting at %(step)s."), step=code(name))``
+    """
+    return escape(translated) % variables
 
 
 def code(value: Any) -> Markup:

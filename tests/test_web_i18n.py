@@ -1,0 +1,163 @@
+"""The dashboard speaks the viewer's language from its own catalogs, beside (never instead of) the host app's."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+from flask import Flask, g, render_template_string
+from flask_babel import Babel
+
+from pgbus_flask.web import i18n
+
+from .conftest import work
+from .webtools import engine_of, seed_every_state, text_of
+from .workflows import FailsUntil, PausesItself
+
+
+def lang(page: str) -> str:
+    found = re.search(r'<html lang="(\w+)"', page)
+    assert found
+    return found.group(1)
+
+
+def test_locale_from_the_query_then_the_cookie(app: Flask) -> None:
+    client = app.test_client()
+    response = client.get("/pgbus/runs?locale=de")
+    page = response.get_data(as_text=True)
+    assert lang(page) == "de" and "Läufe" in text_of(page) and "Keine Läufe passen zu diesen Filtern." in text_of(page)
+    assert any(h.startswith("pgbus_locale=de") for h in response.headers.getlist("Set-Cookie"))
+    assert lang(client.get("/pgbus/attention").get_data(as_text=True)) == "de", "the cookie remembers it"
+    assert lang(client.get("/pgbus/?locale=ja", headers={"Accept-Language": "de"}).get_data(as_text=True)) == "ja"
+
+
+@pytest.mark.parametrize(("header", "expected"), [
+    ("ja", "ja"), ("fr, de;q=0.8", "de"), ("fr", "en"), ("", "en"), ("ja-JP,ja;q=0.9", "ja"),
+])
+def test_locale_from_accept_language(app: Flask, header: str, expected: str) -> None:
+    page = app.test_client().get("/pgbus/", headers={"Accept-Language": header}).get_data(as_text=True)
+    assert lang(page) == expected
+
+
+def test_an_unknown_locale_is_ignored(app: Flask) -> None:
+    response = app.test_client().get("/pgbus/?locale=xx", headers={"Accept-Language": "de"})
+    assert lang(response.get_data(as_text=True)) == "de"
+    assert not any(h.startswith("pgbus_locale=") for h in response.headers.getlist("Set-Cookie"))
+
+
+@pytest.mark.settings(PGBUS_LOCALES="en,de", PGBUS_DEFAULT_LOCALE="de")
+def test_only_the_configured_locales_are_offered(app: Flask) -> None:
+    client = app.test_client()
+    page = client.get("/pgbus/?locale=ja", headers={"Accept-Language": "ja"}).get_data(as_text=True)
+    assert lang(page) == "de", "ja is not offered here, so the default applies"
+    assert 'data-testid="locale-ja"' not in page and 'data-testid="locale-en"' in page
+
+
+def test_switching_language_keeps_the_filters(app: Flask) -> None:
+    page = app.test_client().get("/pgbus/runs?status=paused").get_data(as_text=True)
+    assert 'href="/pgbus/runs?status=paused&amp;locale=de"' in page
+
+
+@pytest.mark.parametrize("locale", ["en", "de", "ja"])
+def test_every_page_in_every_locale(app: Flask, locale: str) -> None:
+    ids = seed_every_state(app)
+    client = app.test_client()
+    urls = ["/pgbus/", "/pgbus/runs", "/pgbus/attention"] + [f"/pgbus/runs/{i}" for i in ids.values()]
+    for url in urls:
+        response = client.get(url, query_string={"locale": locale})
+        assert response.status_code == 200, url
+        page = response.get_data(as_text=True)
+        assert lang(page) == locale
+        assert "%(" not in page and "%d" not in page, url
+    runs = text_of(client.get("/pgbus/runs", query_string={"locale": locale}).get_data(as_text=True))
+    expected = {
+        "en": ["Waiting for batch notify_vendors (2 of 3 jobs done).", "10 minutes ago", "in 1 hour"],
+        "de": ["Überfällig: reserve war vor 10 Minuten fällig", "Geplant: reserve läuft in 1 Stunde.",
+               "(2 von 3 Jobs erledigt)"],
+        "ja": ["期限超過: reserve は 10 分前に実行予定でしたが",
+               "バッチ notify_vendors を待っています（3 件中 2 件のジョブが完了）。",
+               "予定済み: reserve は 1 時間後に実行されます。",
+               "3 件中 2 件のジョブが完了"],
+    }[locale]
+    for sentence in expected:
+        assert sentence in runs, sentence
+
+
+def test_plurals(app: Flask) -> None:
+    with app.app_context():
+        FailsUntil.start(fail_until=9)
+        work(engine_of(app))
+    client = app.test_client()
+    assert "1 run needs a person" in text_of(client.get("/pgbus/").get_data(as_text=True))
+    assert "1 Lauf braucht einen Menschen" in text_of(client.get("/pgbus/?locale=de").get_data(as_text=True))
+    with app.app_context():
+        PausesItself.start()
+        work(engine_of(app))
+    assert "2 runs need a person" in text_of(client.get("/pgbus/?locale=en").get_data(as_text=True))
+    assert "2 Läufe brauchen einen Menschen" in text_of(client.get("/pgbus/?locale=de").get_data(as_text=True))
+    assert "2 件の実行に人の対応が必要です" in text_of(client.get("/pgbus/?locale=ja").get_data(as_text=True))
+
+
+def test_times_are_relative_inside_time_tags_in_the_viewers_locale(app: Flask) -> None:
+    with app.app_context():
+        run = FailsUntil.start(fail_until=9)
+        work(engine_of(app))
+    page = app.test_client().get(f"/pgbus/runs/{run.workflow_id}?locale=de").get_data(as_text=True)
+    tag = re.search(r'<time datetime="([^"]+)" title="([^"]+)">([^<]+)</time>', page)
+    assert tag
+    assert datetime.fromisoformat(tag.group(1)).tzinfo is not None
+    assert tag.group(3) in ("gerade eben",) or tag.group(3).startswith("vor ")
+
+
+def test_times_use_the_configured_timezone_and_locale() -> None:
+    app = Flask("tz_test")
+    moment = datetime(2026, 5, 4, 12, 0, tzinfo=timezone.utc)
+    with app.test_request_context("/"):
+        g.pgbus_tz = ZoneInfo("Asia/Tokyo")
+        g.pgbus_locale = "de"
+        assert i18n.absolute(moment) == "04.05.2026, 21:00:00"
+        g.pgbus_locale = "en"
+        tag = i18n.time_tag(moment, datetime(2026, 5, 4, 12, 3, tzinfo=timezone.utc))
+        assert tag.startswith('<time datetime="2026-05-04T12:00:00+00:00" title="May 4, 2026, 9:00:00')
+        assert tag.endswith(">3 minutes ago</time>")
+
+
+@pytest.mark.settings(PGBUS_TIMEZONE="Asia/Tokyo")
+def test_the_timezone_setting_reaches_the_pages(app: Flask) -> None:
+    with app.app_context():
+        run = FailsUntil.start(fail_until=9)
+    page = app.test_client().get(f"/pgbus/runs/{run.workflow_id}").get_data(as_text=True)
+    tag = re.search(r'<time datetime="([^"]+)" title="([^"]+)"', page)
+    assert tag
+    tokyo = datetime.fromisoformat(tag.group(1)).astimezone(ZoneInfo("Asia/Tokyo"))
+    assert tokyo.strftime("%-I:%M") in tag.group(2)
+
+
+def test_the_host_apps_flask_babel_keeps_its_own_messages(app: Flask) -> None:
+    Babel(app, locale_selector=lambda: "de")
+
+    @app.get("/host")
+    def host() -> str:
+        return render_template_string("{{ _('Runs') }}|{{ gettext('Overview') }}|{{ ngettext('%(num)d failed', "
+                                      "'%(num)d failed', 2) }}")
+
+    client = app.test_client()
+    assert client.get("/host").get_data(as_text=True) == "Runs|Overview|2 failed", \
+        "the dashboard's German catalog does not leak into the host app"
+    page = client.get("/pgbus/?locale=ja").get_data(as_text=True)
+    assert lang(page) == "ja" and "進行中の実行" in text_of(page)
+    page = app.test_client().get("/pgbus/", headers={"Accept-Language": "en"}).get_data(as_text=True)
+    assert lang(page) == "en" and "Ongoing runs" in text_of(page), "Flask-Babel's selector does not pick ours"
+    assert client.get("/host").get_data(as_text=True) == "Runs|Overview|2 failed"
+
+
+def test_without_flask_babel_the_catalogs_still_load(app: Flask) -> None:
+    assert "babel" not in app.extensions
+    assert "Übersicht" in app.test_client().get("/pgbus/?locale=de").get_data(as_text=True)
+
+
+def test_catalogs_load_from_the_installed_package() -> None:
+    assert i18n.translations_for("ja").gettext("Overview") == "概要"
+    assert i18n.translations_for("de").ngettext("%(num)d failed", "%(num)d failed", 2) == "%(num)d fehlgeschlagen"
