@@ -21,7 +21,7 @@ from werkzeug.wrappers import Response
 from .. import states
 from ..engine import Engine
 from ..errors import DatabaseUnavailable, PgbusError, WorkflowNotFound
-from . import helpers, i18n, security, views
+from . import api, helpers, i18n, security, views
 
 log = logging.getLogger("pgbus_flask.web")
 
@@ -74,24 +74,26 @@ def make_blueprint(engine: Engine) -> Blueprint:
             "locale_url": _locale_url, "states": states, "pretty": views.pretty,
         }
 
-    def _error_page(code: int, title: str, message: str) -> tuple[str, int]:
+    def _error_page(code: int, title: str, message: str) -> Any:
+        if request.endpoint and request.endpoint.startswith("pgbus.api_"):
+            return api.reply({"error": message or title, "status": code}, code)
         return render_template("pgbus/error.html", code=code, title=title, message=message), code
 
     @bp.errorhandler(WorkflowNotFound)
-    def _not_found(exc: WorkflowNotFound) -> tuple[str, int]:
+    def _not_found(exc: WorkflowNotFound) -> Any:
         return _error_page(404, i18n.gettext("Run not found"),
                            i18n.gettext("No workflow run has the id %(value)s.", value=str(exc.workflow_id)))
 
     @bp.errorhandler(DatabaseUnavailable)
     @bp.errorhandler(psycopg.OperationalError)
-    def _database_down(exc: Exception) -> tuple[str, int]:
+    def _database_down(exc: Exception) -> Any:
         log.error("pgbus dashboard: PostgreSQL is unreachable: %s", exc)
         return _error_page(503, i18n.gettext("PostgreSQL is unreachable"), i18n.gettext(
             "The dashboard cannot reach PostgreSQL right now, so it cannot show or change any run. Nothing was "
             "changed. Check the database server and PGBUS_DATABASE_URL, then reload this page."))
 
     @bp.errorhandler(PgbusError)
-    def _bad_input(exc: PgbusError) -> tuple[str, int]:
+    def _bad_input(exc: PgbusError) -> Any:
         return _error_page(400, i18n.gettext("Bad request"), str(exc))
 
     @bp.errorhandler(HTTPException)
@@ -101,11 +103,10 @@ def make_blueprint(engine: Engine) -> Blueprint:
         titles = {400: i18n.N_("Bad request"), 401: i18n.N_("Sign-in required"), 403: i18n.N_("Forbidden"),
                   404: i18n.N_("Page not found"), 405: i18n.N_("Method not allowed")}
         title = i18n.gettext(titles[exc.code]) if exc.code in titles else str(exc.name)
-        page, code = _error_page(exc.code, title, exc.description or "")
-        response = Response(page, code, content_type="text/html; charset=utf-8")
-        return response
+        return _error_page(exc.code, title, exc.description or "")
 
-    views.register(bp, engine)
+    pages = views.register(bp, engine)
+    api.register(bp, engine, pages)
     return bp
 
 

@@ -56,9 +56,9 @@ class Pages:
     def subject(self, row: Mapping[str, Any]) -> Any:
         return helpers.subject_link(self.engine.settings.subject_url, row.get("subject_type"), row.get("subject_id"))
 
-    def class_names(self) -> list[str]:
-        counted = {cls for cls, _ in queries.status_counts(self.engine)}
-        return sorted(counted | set(registry()))
+    def class_names(self, selected: str | None) -> list[str]:
+        """The class filter's choices: the classes registered here (a full count would scan every run)."""
+        return sorted(set(registry()) | ({selected} if selected else set()))
 
     # -- overview ------------------------------------------------------------------------
 
@@ -95,8 +95,8 @@ class Pages:
         items = [{"row": row, "p": self.present(row), "subject": self.subject(row)} for row in rows]
         query = {k: v for k, v in filters.items() if v}
         return render_template("pgbus/runs.html", items=items, filters=filters, query=query, cursor=cursor,
-                               before=before, class_names=self.class_names(), statuses=states.RUN_STATUSES,
-                               reasons=states.STUCK_REASONS)
+                               before=before, class_names=self.class_names(filters["workflow_class"]),
+                               statuses=states.RUN_STATUSES, reasons=states.STUCK_REASONS)
 
     # -- one run -----------------------------------------------------------------------
 

@@ -1,0 +1,133 @@
+"""Read-only JSON endpoints under the dashboard prefix (``/api/...``): the same reads as the pages.
+
+They pass the same ``PGBUS_DASHBOARD_AUTH`` check; errors come back as
+``{"error": ..., "status": ...}`` with the page's status code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from flask import Blueprint, Response, g, request
+from werkzeug.exceptions import BadRequest
+
+from .. import payload, queries, states
+from ..engine import Engine
+from ..handle import Run
+from . import helpers
+from .i18n import gettext
+from .presenter import Presentation
+from .views import FILTERS, PAGE_SIZE, Pages
+
+JSON_COLUMNS = ("arguments", "output", "payload", "details", "args", "result")
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, (UUID, Decimal)):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def reply(data: Any, status: int = 200) -> Response:
+    return Response(json.dumps(data, default=_default, ensure_ascii=False), status,
+                    content_type="application/json; charset=utf-8")
+
+
+def _row(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: payload.from_json(value) if key in JSON_COLUMNS else value for key, value in row.items()
+            if key not in ("latest_step", "db_now")}
+
+
+def _presentation(p: Presentation, now: datetime) -> dict[str, Any]:
+    return {"badge": p.badge, "tone": p.tone, "key": p.next_key, "args": p.next_args,
+            "sentence": helpers.next_sentence(p, now).striptags()}
+
+
+class Api:
+    """The JSON reads of one dashboard."""
+
+    def __init__(self, engine: Engine, pages: Pages) -> None:
+        self.engine = engine
+        self.pages = pages
+
+    def overview(self) -> Response:
+        counts = queries.status_counts(self.engine)
+        stuck = queries.stuck_reason_counts(self.engine)
+        return reply({
+            "counts": [{"workflow_class": c, "status": s, "runs": n} for (c, s), n in sorted(counts.items())],
+            "stuck": [{"workflow_class": c, "reason": r, "runs": n} for (c, r), n in sorted(stuck.items())],
+            "ongoing": sum(n for (_, s), n in counts.items() if s in states.ONGOING),
+            "paused": sum(n for (_, s), n in counts.items() if s == "paused"),
+            "attention": sum(stuck.values()),
+        })
+
+    def runs(self) -> Response:
+        filters = {name: (request.args.get(name) or "").strip() or None for name in FILTERS}
+        before = request.args.get("before")
+        if before is not None and not before.isdigit():
+            raise BadRequest(gettext("The page cursor %(value)s is not valid.", value=before))
+        rows, cursor = queries.list_runs(self.engine, queries.RunFilter(
+            before=int(before) if before else None, limit=PAGE_SIZE, **filters))
+        runs = []
+        for row in rows:
+            item = {k: v for k, v in _row(row).items() if not k.startswith(("step_", "batch_"))}
+            item["latest_step"] = {k[5:]: v for k, v in row.items() if k.startswith("step_")}
+            item["presentation"] = _presentation(self.pages.present(row), g.pgbus_now)
+            runs.append(item)
+        return reply({"runs": runs, "next_before": cursor})
+
+    def run(self, workflow_id: str) -> Response:
+        run = Run(self.engine, workflow_id)
+        row = dict(run.row)
+        row["latest_step"] = run.latest_step
+        batches = run.batches()
+        latest = run.latest_step or {}
+        batch = next((b for b in batches if b["id"] == latest.get("batch_id")), None)
+        if batch is not None:
+            row.update(batch_done=batch["done"], batch_failed=batch["failed"], batch_total=batch["total"])
+        plan = run.resume_plan()
+        return reply({
+            "run": _row(run.row),
+            "presentation": _presentation(self.pages.present(row), g.pgbus_now),
+            "available_actions": run.available_actions,
+            "resume_plan": asdict(plan) if plan else None,
+            "definition_outdated": run.definition_outdated,
+            "class_loaded": run.class_loaded,
+            "steps": [_row(s) for s in run.steps()],
+            "events": [{**_row(e), "sentence": helpers.audit_sentence(e)} for e in run.events()],
+            "signals": [_row(s) for s in run.signals()],
+            "batches": [_row(b) for b in batches],
+            "outputs": run.outputs(),
+        })
+
+    def attention(self) -> Response:
+        groups = queries.attention_groups(self.engine, request.args.get("workflow_class") or None)
+        return reply({"groups": [
+            {**asdict(group), "bulk_actions": list(helpers.BULK_BY_REASON[group.reason]),
+             "confirm": {a: helpers.bulk_confirm(a, group) for a in helpers.BULK_BY_REASON[group.reason]}}
+            for group in groups]})
+
+    def batch(self, batch_id: int) -> Response:
+        found = queries.batch_progress(self.engine, batch_id)
+        if found is None:
+            return reply({"error": gettext("No batch has the id %(value)s.", value=batch_id), "status": 404}, 404)
+        batch, children = found
+        return reply({"batch": _row(batch), "children": [_row(c) for c in children]})
+
+
+def register(bp: Blueprint, engine: Engine, pages: Pages) -> None:
+    """Add the JSON reads to ``bp`` under ``/api``."""
+    api = Api(engine, pages)
+    bp.add_url_rule("/api/overview", "api_overview", api.overview)
+    bp.add_url_rule("/api/runs", "api_runs", api.runs)
+    bp.add_url_rule("/api/runs/<workflow_id>", "api_run", api.run)
+    bp.add_url_rule("/api/attention", "api_attention", api.attention)
+    bp.add_url_rule("/api/batches/<int:batch_id>", "api_batch", api.batch)

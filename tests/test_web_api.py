@@ -1,0 +1,66 @@
+"""The JSON reads under the dashboard prefix."""
+
+from __future__ import annotations
+
+import pytest
+from flask import Flask
+
+from .conftest import work
+from .webtools import engine_of, seed_every_state
+from .workflows import FailsUntil, FansOut
+
+
+def test_overview_and_runs(app: Flask) -> None:
+    ids = seed_every_state(app)
+    client = app.test_client()
+    overview = client.get("/pgbus/api/overview").get_json()
+    assert overview["paused"] == 3 and overview["attention"] >= 3
+    runs = client.get("/pgbus/api/runs?status=paused").get_json()
+    assert {r["workflow_id"] for r in runs["runs"]} == {ids["paused_error"], ids["stalled"], ids["paused_manual"]}
+    stalled = next(r for r in runs["runs"] if r["workflow_id"] == ids["stalled"])
+    assert stalled["presentation"]["badge"] == "stalled"
+    assert stalled["presentation"]["sentence"].startswith("Paused since")
+    assert stalled["latest_step"]["error_class"] == "pgbus_flask.errors.StepStalled"
+    assert runs["next_before"] is None
+
+
+def test_one_run(app: Flask) -> None:
+    with app.app_context():
+        run = FailsUntil.start(fail_until=9, subject=("Order", 1))
+        work(engine_of(app))
+    data = app.test_client().get(f"/pgbus/api/runs/{run.workflow_id}?locale=de").get_json()
+    assert data["run"]["status"] == "paused" and data["run"]["arguments"] == {"args": [], "kwargs": {"fail_until": 9}}
+    assert data["available_actions"] == ["resume", "resume_at", "skip", "cancel", "signal"]
+    assert data["resume_plan"] == {"action": "retry", "step": "capture"}
+    assert data["events"][-1]["sentence"].startswith("Pausiert von system")
+    assert data["steps"][0]["error_class"] == "TimeoutError"
+
+
+def test_attention_and_batch(app: Flask) -> None:
+    with app.app_context():
+        FailsUntil.start(fail_until=9)
+        FailsUntil.start(fail_until=9)
+        fan = FansOut.start(n=2)
+        work(engine_of(app))
+    client = app.test_client()
+    groups = client.get("/pgbus/api/attention").get_json()["groups"]
+    assert groups[0]["count"] == 2
+    assert groups[0]["confirm"]["resume"] == "Resume all 2 runs paused at capture on TimeoutError?"
+    batches = client.get(f"/pgbus/api/runs/{fan.workflow_id}").get_json()["batches"]
+    batch = client.get(f"/pgbus/api/batches/{batches[0]['id']}").get_json()
+    assert batch["batch"]["done"] == 2 and [c["result"] for c in batch["children"]] == [
+        "vendor 0 notified", "vendor 1 notified"]
+
+
+@pytest.mark.parametrize(("url", "status"), [
+    ("/pgbus/api/runs/not-a-uuid", 404), ("/pgbus/api/batches/12345", 404), ("/pgbus/api/runs?status=nope", 400),
+])
+def test_errors_are_json(app: Flask, url: str, status: int) -> None:
+    response = app.test_client().get(url)
+    assert response.status_code == status and response.get_json()["status"] == status
+
+
+@pytest.mark.settings(PGBUS_DASHBOARD_AUTH=lambda request: None)
+def test_the_api_needs_the_same_auth(app: Flask) -> None:
+    response = app.test_client().get("/pgbus/api/overview")
+    assert response.status_code == 401 and "error" in response.get_json()
