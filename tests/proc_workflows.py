@@ -7,6 +7,7 @@ nothing but the project root on ``sys.path``.
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 from typing import Any
@@ -28,6 +29,44 @@ class SleepsOnce(Workflow):
     @step
     def after(self) -> str:
         return "after " + str(self.output_of("slow"))
+
+
+class SleepsBriefly(Workflow):
+    """``slow`` sleeps ``seconds`` on every attempt, well inside its 30 s stall deadline."""
+
+    @step(timeout=timedelta(seconds=30))
+    def slow(self) -> str:
+        time.sleep(self.kwargs.get("seconds", 2))
+        return "slept"
+
+    @step
+    def after(self) -> str:
+        return "after"
+
+
+def sleepy_child(index: int, marker: str) -> str:
+    """Child 0 sleeps a minute the first time it runs (it writes ``marker`` with its pid
+    first, so a test knows whom to kill); every other run of any child is quick."""
+    if index == 0 and not os.path.exists(marker):
+        with open(marker + ".tmp", "w") as out:
+            out.write(str(os.getpid()))
+        os.replace(marker + ".tmp", marker)
+        time.sleep(60)
+    return f"child {index} done"
+
+
+class FansOutSleepy(Workflow):
+    """A fan-out of ``n`` children of :func:`sleepy_child`."""
+
+    @step
+    def fan(self) -> Any:
+        marker = self.kwargs["marker"]
+        return self.fan_out(sleepy_child, [(i, marker) for i in range(self.kwargs.get("n", 4))],
+                            on_child_failure=self.kwargs.get("on_child_failure", "fail"))
+
+    @step
+    def after(self) -> Any:
+        return self.output_of("fan")["done"]
 
 
 class TripleDeliveryWorker(PgbusWorker):

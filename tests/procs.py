@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -133,9 +134,22 @@ def workers(
         wait_until(ready, timeout=ready_timeout, message="workers registered with RQ")
         yield procs
     finally:
-        for p in procs:
-            p.stop()
+        stop_all(procs)
         redis.close()
+
+
+def stop_all(procs: Sequence[WorkerProc], timeout: float = 3.0) -> None:
+    """SIGTERM every worker at once, wait for all (``timeout`` in all), SIGKILL what is left."""
+    for p in procs:
+        if p.alive():
+            p.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        try:
+            p.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.proc.send_signal(signal.SIGKILL)
+            p.proc.wait(10)
 
 
 def describe(procs: Sequence[WorkerProc]) -> str:

