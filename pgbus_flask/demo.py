@@ -371,7 +371,7 @@ def seed(engine: Engine, services: Services) -> dict[str, Run]:
     - queued: catalog winter-clearance (the ``partners`` queue has no worker);
     - overdue: catalog price-drop-1201 (queued an hour ago, past the 10-minute threshold);
     - waiting for a batch: catalog spring-2027 (7 of 12 partner jobs done);
-    - running: report 2026-11 (``render_pdf`` takes 30 minutes on the ``rendering`` worker);
+    - running: report 2026-11 (``render_pdf`` takes 2 hours on the ``rendering`` worker);
     - paused after an error: invoices 0192-0194 (TimeoutError: ERP down), order 1047
       (a vendor answered 503 in the fan-out);
     - stalled: report 2026-10 (``upload`` hung past its 2 s deadline; the sweep gave up);
@@ -434,10 +434,10 @@ def seed(engine: Engine, services: Services) -> dict[str, Run]:
     s.shift("customer-312", timedelta(days=3))
 
     # Reports: 2026-10's upload hangs until the sweep declares it stalled; then 2026-11
-    # takes the rendering worker for half an hour.
+    # takes the rendering worker for two hours.
     s.at("report-2026-09", "finished")
     s.sweeping_until_paused("report-2026-10")
-    s.start("report-2026-11", MonthlyReport, ("Report", "2026-11"), month="2026-11", render_seconds=1800)
+    s.start("report-2026-11", MonthlyReport, ("Report", "2026-11"), month="2026-11", render_seconds=2 * 3600)
     s.at("report-2026-11", "running", "render_pdf")
 
     # Catalogs on the partners queue: queued now, queued an hour ago, and put off until tomorrow.

@@ -157,7 +157,7 @@ class MonthlyReport(Workflow):
     def collect_figures(self) -> dict[str, Any]:
         return {"month": self.kwargs["month"], "orders": 1874, "revenue": "219340.50"}
 
-    @step(queue="rendering", timeout=timedelta(hours=1))
+    @step(queue="rendering", timeout=timedelta(hours=3))
     def render_pdf(self) -> dict[str, Any]:
         time.sleep(float(self.kwargs.get("render_seconds", 0.2)))
         return {"pages": 42, "file": f"report-{self.kwargs['month']}.pdf"}
