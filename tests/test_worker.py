@@ -70,3 +70,28 @@ def test_pgbus_worker_with_a_bad_app_says_so(pg_url: str, redis_url: str) -> Non
     done = run_cmd([bin_path("pgbus-worker"), "--app", "tests.workflows", "--burst"], env(pg_url, redis_url))
     assert done.returncode == 2
     assert "has neither 'app' nor 'create_app'" in done.stderr
+
+
+@pytest.mark.slow
+def test_idle_pgbus_worker_stops_on_sigterm(engine: Engine, pg_url: str, redis_url: str) -> None:
+    import signal
+
+    from pgbus_flask.testing import wait_until
+
+    proc = subprocess.Popen(
+        [bin_path("pgbus-worker"), "--no-scheduler", "--no-sweep", "--name", "sigterm-check"],
+        env=env(pg_url, redis_url, PGBUS_DATABASE_URL=pg_url, PGBUS_REDIS_URL=redis_url,
+                PGBUS_IMPORT="tests.workflows"),
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        from rq import Worker
+
+        wait_until(lambda: any(w.name == "sigterm-check" for w in Worker.all(connection=engine.redis)),
+                   timeout=30, message="worker registered")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
                             logging_level=args.log_level.upper())
             except redis.exceptions.ConnectionError as exc:
                 log.error("pgbus-worker: Redis is unreachable (%s)", exc)
-            if args.burst or worker._stop_requested:
+            # RQ marks a SIGTERM/SIGINT with a shutdown date (_stop_requested only when busy).
+            if args.burst or worker._stop_requested or getattr(worker, "_shutdown_requested_date", None):
                 return 0
             # RQ's loop quits when Redis goes away: start again once it is back.
             log.warning("pgbus-worker: the worker stopped unexpectedly; starting again in %.0fs", delay)
