@@ -8,6 +8,7 @@ nothing but the project root on ``sys.path``.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from datetime import timedelta
 from typing import Any
@@ -82,3 +83,28 @@ class TripleDeliveryWorker(PgbusWorker):
 
         assert engine_module._default is not None
         engine_module._default.deliveries = self.deliveries
+
+
+class CrashesBeforeEnqueueWorker(PgbusWorker):
+    """A pgbus worker that dies (SIGKILL to itself) the first time it is about to enqueue a
+    step job: after the transaction that scheduled the step committed, before the job
+    reached Redis, the narrowest crash window there is. The file named by
+    ``PGBUS_TEST_CRASH_MARKER`` records that it happened (and makes it happen once)."""
+
+    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
+        super().bootstrap(*args, **kwargs)
+        from pgbus_flask import engine as engine_module
+
+        engine = engine_module._default
+        assert engine is not None
+        marker = os.environ["PGBUS_TEST_CRASH_MARKER"]
+        send_step = engine.send_step
+
+        def crashing_send_step(*a: Any, **kw: Any) -> None:
+            if not os.path.exists(marker):
+                with open(marker, "w") as out:
+                    out.write(str(os.getpid()))
+                os.kill(os.getpid(), signal.SIGKILL)
+            send_step(*a, **kw)
+
+        engine.send_step = crashing_send_step  # type: ignore[method-assign]

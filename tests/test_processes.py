@@ -799,3 +799,32 @@ def test_workers_live_through_a_redis_outage(clean: None, pg_url: str, tmp_path:
     finally:
         eng.close()
         server.stop()
+
+
+@pytest.mark.settings(PGBUS_STALL_THRESHOLD=1)
+def test_worker_dying_between_commit_and_enqueue_loses_nothing(engine: Engine, pg_url: str, redis_url: str,
+                                                               tmp_path: Path) -> None:
+    """The worker commits s1's outcome (s2 scheduled) and dies before s2's job reaches Redis:
+    the sweep resends s2 once it is overdue and the run finishes, each step once."""
+    marker = tmp_path / "crashed"
+    args = ("--no-sweep", "--no-scheduler", "--worker-class", "tests.proc_workflows.CrashesBeforeEnqueueWorker")
+    w = procs.start_worker(pg_url, redis_url, tmp_path, args=args, env={"PGBUS_TEST_CRASH_MARKER": str(marker)})
+    try:
+        run = FiveNoop.start()
+        assert w.proc.wait(30) == -signal.SIGKILL, w.output()
+    finally:
+        w.kill()
+    assert int(marker.read_text()) == w.pid
+    assert [(s["step_name"], s["status"]) for s in run.steps()] == [("s1", "completed"), ("s2", "scheduled")]
+    assert run.refresh().status == "ready"
+    assert engine.queue(engine.settings.queue).count == 0  # s2's job never reached Redis
+
+    wait_db_past(engine, "SELECT bool_and(scheduled_at < now() - interval '1 second'"
+                         " AND enqueued_at < now() - interval '1 second') FROM pgbus_workflow_steps"
+                         " WHERE status = 'scheduled'", what="s2 overdue")
+    assert queries.stuck_reason_counts(engine) == {("FiveNoop", "overdue"): 1}
+    report = sweep(engine)
+    assert report.resent == 1, report
+    with procs.workers(pg_url, redis_url, tmp_path, 1) as ws:
+        wait_finished(engine, 1, ws, timeout=30)
+    assert_one_completed_attempt_per_step(engine, 1, 5)
