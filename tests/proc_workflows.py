@@ -108,3 +108,27 @@ class CrashesBeforeEnqueueWorker(PgbusWorker):
             send_step(*a, **kw)
 
         engine.send_step = crashing_send_step  # type: ignore[method-assign]
+
+
+class ReattemptsLater(Workflow):
+    """``poll`` asks for a reattempt 2 s later on its first attempt: a future step that only
+    RQ's scheduler (in ``pgbus-worker``) sends at its time."""
+
+    @step
+    def poll(self) -> str:
+        if self.attempt == 1:
+            self.reattempt(wait=2)
+        return f"ready on attempt {self.attempt}"
+
+
+def create_app() -> Any:
+    """A Flask app with PgBus configured from the ``PGBUS_*`` environment, for
+    ``pgbus-worker --app tests.proc_workflows:create_app``."""
+    from flask import Flask
+
+    from pgbus_flask import PgBus
+
+    app = Flask("pgbus_proc_app")
+    app.config.update({k: v for k, v in os.environ.items() if k.startswith("PGBUS_")})
+    PgBus(app)
+    return app

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -828,3 +829,36 @@ def test_worker_dying_between_commit_and_enqueue_loses_nothing(engine: Engine, p
     with procs.workers(pg_url, redis_url, tmp_path, 1) as ws:
         wait_finished(engine, 1, ws, timeout=30)
     assert_one_completed_attempt_per_step(engine, 1, 5)
+
+
+# -- the worker's other modes ----------------------------------------------------------------------
+
+
+def test_worker_scheduler_sends_future_steps_at_their_time(engine: Engine, pg_url: str, redis_url: str,
+                                                           tmp_path: Path) -> None:
+    from .proc_workflows import ReattemptsLater
+
+    with procs.workers(pg_url, redis_url, tmp_path, 2, args=("--no-sweep",)) as ws:
+        runs = [ReattemptsLater.start() for _ in range(3)]
+        wait_finished(engine, 3, ws, timeout=30)
+    for run in runs:
+        first, second = run.steps()
+        assert (first["attempt"], first["status"], first["outcome"]) == (1, "failed", "reattempted")
+        assert (second["attempt"], second["status"]) == (2, "completed")
+        delay = (second["scheduled_at"] - first["finished_at"]).total_seconds()
+        assert 1.9 <= delay <= 2.5, delay
+        assert second["started_at"] >= second["scheduled_at"] - timedelta(seconds=1)
+        assert run.outputs() == {"poll": "ready on attempt 2"}
+
+
+@pytest.mark.parametrize("worker_class", ["pgbus_flask.worker.runner.PgbusWorker",
+                                          "pgbus_flask.worker.runner.PgbusForkWorker"])
+def test_worker_runs_steps_inside_the_flask_app(engine: Engine, pg_url: str, redis_url: str, tmp_path: Path,
+                                                worker_class: str) -> None:
+    args = ("--app", "tests.proc_workflows:create_app", "--worker-class", worker_class, "--no-sweep",
+            "--no-scheduler")
+    with procs.workers(pg_url, redis_url, tmp_path, 2, args=args) as ws:
+        for _ in range(10):
+            FiveNoop.start()
+        wait_finished(engine, 10, ws, timeout=45)
+    assert_one_completed_attempt_per_step(engine, 10, 5)
