@@ -225,7 +225,7 @@ def test_bulk_resume_an_attention_group(app: Flask) -> None:
     done = client.post("/pgbus/attention/bulk", data={**group, "confirmed": "1"})
     assert done.status_code == 303
     page = client.get(done.headers["Location"]).get_data(as_text=True)
-    assert "Resume: 3 moved, 0 refused." in text_of(page)
+    assert "Resume these runs: 3 moved, 0 refused." in text_of(page)
     for run in runs:
         resumed = next(e for e in refreshed(app, run).events() if e["event"] == "resumed")
         assert (resumed["actor"], resumed["reason"]) == ("dashboard:alice", "gateway fixed")

@@ -158,6 +158,7 @@ def test_every_state_has_a_label() -> None:
     assert set(helpers.STUCK_REASON_LABELS) == set(states.STUCK_REASONS)
     assert set(helpers.EVENT_LABELS) == set(states.EVENTS)
     assert set(helpers.ACTION_LABELS) == set(states.ACTIONS)
+    assert set(helpers.BULK_LABELS) == set(states.BULK_ACTIONS)
     assert set(helpers.BULK_BY_REASON) == set(states.STUCK_REASONS)
     assert set(helpers.NEXT_MESSAGES) | {"waiting_batch"} == set(NEXT_KEYS)
 

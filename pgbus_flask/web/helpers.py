@@ -59,6 +59,9 @@ ACTION_LABELS = {
     "reschedule": N_("Reschedule"), "skip": N_("Skip step"), "rerun": N_("Rerun"), "pause": N_("Pause"),
     "cancel": N_("Cancel run"), "signal": N_("Send signal"),
 }
+BULK_LABELS = {
+    "resume": N_("Resume these runs"), "skip": N_("Skip the step in these runs"), "cancel": N_("Cancel these runs"),
+}
 EVENT_LABELS = {
     "started": N_("Started"), "step_scheduled": N_("Step scheduled"), "step_started": N_("Step started"),
     "step_completed": N_("Step completed"), "step_failed": N_("Step failed"), "step_skipped": N_("Step skipped"),

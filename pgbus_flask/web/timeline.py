@@ -92,8 +92,9 @@ def paused_intervals(events: Sequence[Mapping[str, Any]], now: datetime) -> list
     return out
 
 
-def _clock(moment: datetime) -> str:
-    return moment.astimezone(current_tz()).strftime("%H:%M:%S")
+def _clock(moment: datetime, tenths: bool = False) -> str:
+    local = moment.astimezone(current_tz())
+    return local.strftime("%H:%M:%S") + (f".{local.microsecond // 100_000}" if tenths else "")
 
 
 def render(steps: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]], now: datetime) -> Markup:
@@ -125,7 +126,7 @@ def render(steps: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any
         anchor = "start" if i == 0 else ("end" if i == 4 else "middle")
         parts.append(Markup('<line class="tl-grid" x1="%.1f" x2="%.1f" y1="%d" y2="%d"/>'
                             '<text class="tl-tick" x="%.1f" y="14" text-anchor="%s">%s</text>')
-                     % (tx, tx, AXIS_H - 4, height, tx, anchor, _clock(moment)))
+                     % (tx, tx, AXIS_H - 4, height, tx, anchor, _clock(moment, tenths=span < 10)))
     for index, (name, _status, segments) in enumerate(rows):
         y = AXIS_H + index * ROW_H
         parts.append(Markup('<g class="tl-row" data-testid="timeline-bar"><title>%s</title>'

@@ -211,7 +211,7 @@ class Pages:
                       "stuck_reason": group.reason, "error_class": group.error_class or "", "reason": reason or ""}
             return render_template("pgbus/confirm.html", question=helpers.bulk_confirm(action, group),
                                    target=url_for(".bulk"), fields=fields, back=url_for(".attention"),
-                                   submit=helpers.label(helpers.ACTION_LABELS, action)), 200
+                                   submit=helpers.label(helpers.BULK_LABELS, action)), 200
         try:
             result = queries.bulk_act(self.engine, action, key, actor=g.pgbus_actor, reason=reason)
         except PgbusError as exc:
