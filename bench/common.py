@@ -79,8 +79,8 @@ def env_for(database_url: str, redis_url: str, **extra: str) -> dict[str, str]:
         PGBUS_DATABASE_URL=database_url,
         PGBUS_REDIS_URL=redis_url,
         PGBUS_IMPORT="tests.workflows",
-        **extra,
     )
+    env.update(extra)
     return env
 
 

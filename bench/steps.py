@@ -145,7 +145,8 @@ def _pgbus_check(conn: psycopg.Connection[Any], runs: int) -> tuple[int, list[st
     return runs * STEPS - int(completed), notes
 
 
-def pgbus_live(args: argparse.Namespace, worker_class: str | None, label: str) -> tuple[Result, list[float]]:
+def pgbus_live(args: argparse.Namespace, worker_class: str | None, label: str,
+               imports: str = "tests.workflows") -> tuple[Result, list[float]]:
     """Workers up first, then N starts; poll until all finished."""
     from tests.workflows import FiveNoop
 
@@ -158,7 +159,8 @@ def pgbus_live(args: argparse.Namespace, worker_class: str | None, label: str) -
     try:
         with Processes() as procs, psycopg.connect(db, autocommit=True) as poll:
             for i in range(args.workers):
-                procs.start(pgbus_worker_argv(worker_class, burst=False), env_for(db, args.redis_url),
+                procs.start(pgbus_worker_argv(worker_class, burst=False),
+                            env_for(db, args.redis_url, PGBUS_IMPORT=imports),
                             os.path.join(args.logdir, f"pgbus-{label.replace(' ', '_')}-{i}.log"))
             wait_workers(args.redis_url, args.workers)
             engine.db.pool.wait()
@@ -197,13 +199,13 @@ def pgbus_live(args: argparse.Namespace, worker_class: str | None, label: str) -
     return res, latencies
 
 
-def pgbus_burst(args: argparse.Namespace) -> Result:
+def pgbus_burst(args: argparse.Namespace, label: str = "pgbus burst") -> Result:
     """N runs started first; 2 burst workers drain and exit; what is left is unfinished."""
     from tests.workflows import FiveNoop
 
     db = create_database(args.server_url, DB_NAME)
     flush_redis(args.redis_url)
-    res = Result("pgbus burst")
+    res = Result(label)
     engine = _engine(db, args.redis_url)
     try:
         for i in range(args.runs):
@@ -394,10 +396,10 @@ def chain_live(args: argparse.Namespace, worker_class: str, label: str) -> Resul
     return res
 
 
-def chain_burst(args: argparse.Namespace) -> Result:
+def chain_burst(args: argparse.Namespace, label: str = "RQ chain burst") -> Result:
     redis = Redis.from_url(args.redis_url)
     redis.flushdb()
-    res = Result("RQ chain burst")
+    res = Result(label)
     try:
         chains = enqueue_chains(redis, args.runs)
         with Processes() as procs:
@@ -500,10 +502,10 @@ def dbos_run(args: argparse.Namespace) -> Result:
 
 
 def table(results: list[Result]) -> None:
-    print(f"\n{'what':<34}{'steps':>7}{'seconds':>9}{'steps/s':>9}{'unfinished':>12}{'xacts/step':>12}")
+    print(f"\n{'what':<36}{'steps':>7}{'seconds':>9}{'steps/s':>9}{'unfinished':>12}{'xacts/step':>12}")
     for r in results:
         xs = f"{r.xacts_per_step:.2f}" if r.xacts_per_step is not None else "-"
-        print(f"{r.name:<34}{r.steps:>7}{r.seconds:>9.2f}{r.rate:>9.0f}{r.unfinished:>12}{xs:>12}")
+        print(f"{r.name:<36}{r.steps:>7}{r.seconds:>9.2f}{r.rate:>9.0f}{r.unfinished:>12}{xs:>12}")
     for r in results:
         for note in r.notes:
             print(f"  {r.name}: {note}")
@@ -536,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fork-runs", type=int, default=200,
                         help="runs (and chains) for the forking-worker pair (default 200: it is slow)")
     parser.add_argument("--skip-burst", action="store_true", help="skip the burst (left-unfinished) pair")
+    parser.add_argument("--small-burst", type=int, default=100,
+                        help="also run the burst pair at this size (default 100; 0: no)")
     parser.add_argument("--skip-dbos", action="store_true", help="skip DBOS Transact")
     parser.add_argument("--dbos-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -559,14 +563,24 @@ def main(argv: list[str] | None = None) -> int:
             pb, cb = pgbus_burst(args), chain_burst(args)
             results += [pb, cb]
             pairs.append((pb, cb))
+            if args.small_burst and args.small_burst < args.runs:
+                small = argparse.Namespace(**{**vars(args), "runs": args.small_burst})
+                pbs = pgbus_burst(small, f"pgbus burst ({args.small_burst} runs)")
+                cbs = chain_burst(small, f"RQ chain burst ({args.small_burst} chains)")
+                results += [pbs, cbs]
+                pairs.append((pbs, cbs))
         if not args.skip_fork:
             log("forking workers: pgbus PgbusForkWorker, RQ chain Worker, live")
             fork_args = argparse.Namespace(**{**vars(args), "runs": min(args.fork_runs, args.runs)})
             pf, _ = pgbus_live(fork_args, "pgbus_flask.worker.runner.PgbusForkWorker",
                                f"pgbus ForkWorker ({fork_args.runs} runs)")
             cf = chain_live(fork_args, "rq.worker.Worker", f"RQ chain Worker ({fork_args.runs} chains)")
-            results += [pf, cf]
-            pairs.append((pf, cf))
+            # The same with Flask imported in the worker before it forks (PGBUS_IMPORT=...,flask): what
+            # the suggested fix of resolve_engine() gives (each horse otherwise imports Flask itself).
+            pff, _ = pgbus_live(fork_args, "pgbus_flask.worker.runner.PgbusForkWorker",
+                                f"pgbus ForkWorker +flask ({fork_args.runs})", imports="tests.workflows,flask")
+            results += [pf, pff, cf]
+            pairs += [(pf, cf), (pff, cf)]
         dbos = None
         if not args.skip_dbos:
             log("DBOS Transact")

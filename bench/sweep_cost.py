@@ -170,11 +170,12 @@ def measure(args: argparse.Namespace, n: int) -> dict[str, Any]:
     from pgbus_flask.engine import Engine
 
     print(f"\n== {n:,} ongoing runs ==", flush=True)
-    url = seed(args.server_url, n)
-    engine = Engine(Settings.load({"PGBUS_DATABASE_URL": url, "PGBUS_REDIS_URL": args.redis_url,
-                                   "PGBUS_WAITING_THRESHOLD": "1d"}))
     out: dict[str, Any] = {}
+    engine = None
     try:
+        url = seed(args.server_url, n)
+        engine = Engine(Settings.load({"PGBUS_DATABASE_URL": url, "PGBUS_REDIS_URL": args.redis_url,
+                                       "PGBUS_WAITING_THRESHOLD": 86400}))
         engine.db.pool.wait()
         out["sweep"], report = timed(lambda: sweep.sweep(engine), args.repeat)
         out["report"] = report
@@ -213,7 +214,8 @@ def measure(args: argparse.Namespace, n: int) -> dict[str, Any]:
                 out["read_plans"][name] = explain(url, query, params)
         out["groups"] = len(groups)
     finally:
-        engine.close()
+        if engine is not None:
+            engine.close()
         if not args.keep:
             drop_database(args.server_url, f"{DB_PREFIX}_{n}")
     return out
