@@ -223,6 +223,11 @@ def test_timeline_segments() -> None:
     waiting = step_row("confirm", 1, "waiting", started_at=t, waiting_since=t + timedelta(seconds=1))
     now = t + timedelta(minutes=2)
     assert [s.series for s in timeline.attempt_segments(waiting, now)] == ["ran_ok", "waiting"]
+    woken = step_row("confirm", 1, "completed", started_at=t + timedelta(seconds=70),
+                     waiting_since=t + timedelta(seconds=1), scheduled_at=t + timedelta(seconds=60),
+                     finished_at=t + timedelta(seconds=71))
+    assert [(s.series, (s.end - s.start).total_seconds()) for s in timeline.attempt_segments(woken, now)] == [
+        ("ran_ok", 1.0), ("waiting", 59.0), ("queued", 10.0), ("ran_ok", 1.0)]
     running = step_row("ship", 1, "in_progress", started_at=t)
     assert [s.series for s in timeline.attempt_segments(running, now)] == ["running"]
     cancelled = step_row("ship", 2, "cancelled", started_at=t, finished_at=now)

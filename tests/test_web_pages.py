@@ -284,3 +284,15 @@ def test_static_assets_are_served_by_the_blueprint(app: Flask) -> None:
     assert css.status_code == 200 and b"prefers-color-scheme: dark" in css.data
     assert client.get("/pgbus/static/pgbus.js").status_code == 200
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_the_timeline_shows_the_wait_of_a_woken_step(app: Flask) -> None:
+    with app.app_context():
+        run = WaitsForPayment.start()
+        work(engine_of(app))
+        run.signal("payment_confirmed", {"ok": True})
+        work(engine_of(app))
+    page = app.test_client().get(f"/pgbus/runs/{run.workflow_id}").get_data(as_text=True)
+    chart = page[page.index('data-testid="timeline"'):page.index("</svg>")]
+    assert re.search(r'<rect class="tl-waiting"[^>]*><title>confirm #1: Waiting, ', chart)
+    assert re.search(r'<rect class="tl-ran_ok"[^>]*><title>ship #1: Ran OK, ', chart)

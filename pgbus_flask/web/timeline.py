@@ -24,6 +24,10 @@ SERIES_LABELS = {
     "cancelled": N_("Cancelled"),
 }
 
+#: The series an attempt's last stretch is drawn in, by its step status.
+FINAL_SERIES = {"completed": "ran_ok", "failed": "ran_failed", "in_progress": "running", "cancelled": "cancelled",
+                "skipped": "cancelled"}
+
 WIDTH = 760
 LABEL_W = 170
 ROW_H = 22
@@ -43,36 +47,48 @@ def _aware(moment: datetime) -> datetime:
 
 
 def attempt_segments(step: Mapping[str, Any], now: datetime) -> list[Segment]:
-    """The segments of one attempt, in time order."""
+    """The segments of one attempt, in time order.
+
+    A step that parked (``waiting_since``) and was then woken by its signal
+    was scheduled and claimed again on the same row: ``scheduled_at`` is
+    then the wake-up and ``started_at`` the second claim.
+    """
     created = _aware(step.get("created_at") or step["scheduled_at"])
     scheduled = _aware(step["scheduled_at"])
-    started = step.get("started_at")
-    finished = step.get("finished_at")
-    waiting_since = step.get("waiting_since")
+    started = _aware(step["started_at"]) if step.get("started_at") else None
+    waiting_since = _aware(step["waiting_since"]) if step.get("waiting_since") else None
+    end = _aware(step["finished_at"]) if step.get("finished_at") else now
     status = step["status"]
-    end = _aware(finished) if finished else now
+    final = FINAL_SERIES.get(status)
     out: list[Segment] = []
-    if scheduled > created:
-        out.append(Segment("waited", created, min(scheduled, end)))
-    queue_from = max(created, scheduled)
-    queue_to = _aware(started) if started else end
-    if queue_to > queue_from:
-        out.append(Segment("queued", queue_from, queue_to))
-    if started is None:
-        if status == "cancelled" and finished:
-            out.append(Segment("cancelled", end, end))
+
+    def add(series: str, start: datetime, stop: datetime) -> None:
+        out.append(Segment(series, start, max(start, stop)))
+
+    if waiting_since is not None and started is not None and started > waiting_since:
+        add("ran_ok", created, waiting_since)  # the first pass, up to parking
+        woken = min(max(scheduled, waiting_since), started)
+        add("waiting", waiting_since, woken)
+        add("queued", woken, started)
+        add(final or "ran_ok", started, end)
         return out
-    started = _aware(started)
-    ran_to = _aware(waiting_since) if waiting_since else end
-    ran_series = {"completed": "ran_ok", "failed": "ran_failed", "in_progress": "running",
-                  "cancelled": "cancelled", "skipped": "cancelled"}.get(status, "ran_ok")
-    if waiting_since:
-        out.append(Segment("ran_ok", started, max(started, ran_to)))
-        out.append(Segment("waiting", max(started, ran_to), end))
-        if status not in ("waiting",) and finished:
-            out.append(Segment(ran_series, end, end))
+    if scheduled > created:
+        add("waited", created, min(scheduled, end))
+    queue_from = max(created, scheduled)
+    queue_to = started or end
+    if queue_to > queue_from:
+        add("queued", queue_from, queue_to)
+    if started is None:
+        if status in ("cancelled", "skipped") and step.get("finished_at"):
+            add("cancelled", end, end)
+        return out
+    if waiting_since is not None:
+        add("ran_ok", started, waiting_since)
+        add("waiting", max(started, waiting_since), end)
+        if status != "waiting" and step.get("finished_at") and final:
+            add(final, end, end)
     else:
-        out.append(Segment(ran_series, started, max(started, end)))
+        add(final or "ran_ok", started, end)
     return out
 
 
