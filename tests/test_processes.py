@@ -390,9 +390,11 @@ def test_a_slow_sweep_keeps_the_second_one_out(engine: Engine, pg_url: str) -> N
         slow = threading.Thread(target=lambda: reports.append(sweep(engine)))
         slow.start()
         # The slow sweep holds the advisory lock and waits for the row lock.
-        wait_until(lambda: scalar(engine, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
-                                          " AND granted") == 1
-                   and scalar(engine, "SELECT count(*) FROM pg_locks WHERE NOT granted") >= 1,
+        wait_until(lambda: scalar(engine, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                                          " AND database = (SELECT oid FROM pg_database"
+                                          " WHERE datname = current_database())") == 1
+                   and scalar(engine, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                      " AND wait_event_type = 'Lock'") >= 1,
                    timeout=10, message="the first sweep blocked on the row lock, holding the advisory lock")
         second = sweep(engine)
         assert second == SweepReport(ran=False)
