@@ -161,3 +161,9 @@ def test_without_flask_babel_the_catalogs_still_load(app: Flask) -> None:
 def test_catalogs_load_from_the_installed_package() -> None:
     assert i18n.translations_for("ja").gettext("Overview") == "概要"
     assert i18n.translations_for("de").ngettext("%(num)d failed", "%(num)d failed", 2) == "%(num)d fehlgeschlagen"
+
+
+def test_language_links_work_under_a_script_root(app: Flask) -> None:
+    page = app.test_client().get("/pgbus/runs", environ_overrides={"SCRIPT_NAME": "/shop"}).get_data(as_text=True)
+    assert 'href="/shop/pgbus/runs?locale=de"' in page
+    assert 'href="/shop/pgbus/static/pgbus.css"' in page

@@ -12,6 +12,7 @@ import logging
 from datetime import datetime, timezone
 from importlib.resources import files
 from typing import Any
+from urllib.parse import urlencode
 
 import psycopg
 from flask import Blueprint, current_app, g, render_template, request
@@ -114,6 +115,4 @@ def _locale_url(locale: str) -> str:
     """This page's URL with ``?locale=`` set (other arguments kept)."""
     args = request.args.to_dict()
     args[i18n.LOCALE_PARAM] = locale
-    from urllib.parse import urlencode
-
-    return request.path + "?" + urlencode(args)
+    return request.script_root + request.path + "?" + urlencode(args)
