@@ -61,6 +61,7 @@ def make_blueprint(engine: Engine) -> Blueprint:
 
     @bp.context_processor
     def _context() -> dict[str, Any]:
+        # Pages set g.pgbus_now from PostgreSQL; error pages keep this host's clock.
         now = g.get("pgbus_now") or datetime.now(timezone.utc)
         return {
             "_": i18n.gettext, "gettext": i18n.gettext, "ngettext": i18n.ngettext,

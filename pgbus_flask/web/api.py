@@ -70,6 +70,7 @@ class Api:
         })
 
     def runs(self) -> Response:
+        self.pages.sync_clock()
         filters = {name: (request.args.get(name) or "").strip() or None for name in FILTERS}
         before = request.args.get("before")
         if before is not None and not before.isdigit():
@@ -86,6 +87,7 @@ class Api:
 
     def run(self, workflow_id: str) -> Response:
         run = Run(self.engine, workflow_id)
+        self.pages.sync_clock(run.row["db_now"])
         row = dict(run.row)
         row["latest_step"] = run.latest_step
         batches = run.batches()

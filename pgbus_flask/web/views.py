@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, abort, g, redirect, render_template, request, url_for
@@ -22,7 +23,6 @@ from .timeline import render as render_timeline
 
 FILTERS = ("workflow_class", "status", "step", "reason", "subject", "text")
 PAGE_SIZE = 50
-RESULT_LIMIT = 500
 
 
 class Pages:
@@ -32,6 +32,14 @@ class Pages:
         self.engine = engine
 
     # -- shared pieces -----------------------------------------------------------------
+
+    def sync_clock(self, db_now: datetime | None = None) -> None:
+        """Use PostgreSQL's clock for this page (the one every stored time comes from), so that
+        "overdue" or "possibly stalled" never depends on the web host's clock."""
+        if db_now is None:
+            with self.engine.db.connection() as conn:
+                db_now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        g.pgbus_now = db_now
 
     def klass(self, name: str) -> type[Workflow] | None:
         return runner.load_class(self.engine, name)
@@ -63,6 +71,7 @@ class Pages:
     # -- overview ------------------------------------------------------------------------
 
     def overview(self) -> str:
+        self.sync_clock()
         counts = queries.status_counts(self.engine)
         stuck = queries.stuck_reason_counts(self.engine)
         classes = sorted({cls for cls, _ in counts})
@@ -80,6 +89,7 @@ class Pages:
     # -- runs list -----------------------------------------------------------------------
 
     def runs(self) -> str:
+        self.sync_clock()
         filters = {name: (request.args.get(name) or "").strip() or None for name in FILTERS}
         if filters["status"] and filters["status"] not in states.RUN_STATUSES:
             raise BadRequest(gettext("Unknown status %(value)s.", value=filters["status"]))
@@ -106,6 +116,7 @@ class Pages:
     def run_page(self, workflow_id: str, *, error: str | None = None, status: int = 200,
                  form: Mapping[str, str] | None = None) -> tuple[str, int]:
         run = self.load(workflow_id)
+        self.sync_clock(run.row["db_now"])
         steps, events, signals, batches = run.steps(), run.events(), run.signals(), run.batches()
         row = dict(run.row)
         row["latest_step"] = run.latest_step
@@ -181,6 +192,7 @@ class Pages:
     # -- attention -----------------------------------------------------------------------
 
     def attention(self) -> str:
+        self.sync_clock()
         workflow_class = request.args.get("workflow_class") or None
         groups = queries.attention_groups(self.engine, workflow_class)
         items = [
@@ -221,6 +233,7 @@ class Pages:
     # -- batch -------------------------------------------------------------------------
 
     def batch(self, batch_id: int) -> str:
+        self.sync_clock()
         found = queries.batch_progress(self.engine, batch_id)
         if found is None:
             abort(404, gettext("No batch has the id %(value)s.", value=batch_id))
