@@ -106,6 +106,12 @@ def registered(redis: Redis, names: Sequence[str]) -> bool:
     return set(names) <= known
 
 
+def idle(redis: Redis, name: str) -> bool:
+    """True when the worker named is registered and waiting for a job (its signal handlers
+    are installed by then: RQ installs them after registering, before its first dequeue)."""
+    return any(w.name == name and w.get_state() == "idle" for w in Worker.all(connection=redis))
+
+
 @contextlib.contextmanager
 def workers(
     pg_url: str,

@@ -739,7 +739,7 @@ def test_sigterm_stops_an_idle_worker(engine: Engine, pg_url: str, redis_url: st
     """What a process manager does (systemd, Kubernetes): SIGTERM, and the worker exits 0."""
     w = procs.start_worker(pg_url, redis_url, tmp_path)
     try:
-        wait_until(lambda: procs.registered(engine.redis, [w.name]), timeout=30, message="worker registered")
+        wait_until(lambda: procs.idle(engine.redis, w.name), timeout=30, message="worker listening")
         w.proc.send_signal(signal.SIGTERM)
         try:
             rc: int | None = w.proc.wait(10)
