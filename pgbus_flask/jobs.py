@@ -22,12 +22,13 @@ def run_child(batch_id: int, position: int) -> None:
     engine = resolve_engine()
     with engine.db.connection() as conn:
         row = conn.execute(
-            "SELECT c.args, c.status, b.func FROM pgbus_batch_children c JOIN pgbus_batches b ON b.id = c.batch_id"
+            "SELECT c.args, c.status, b.func, s.status FROM pgbus_batch_children c"
+            " JOIN pgbus_batches b ON b.id = c.batch_id JOIN pgbus_workflow_steps s ON s.id = b.step_id"
             " WHERE c.batch_id = %s AND c.position = %s",
             (batch_id, position),
         ).fetchone()
-    if row is None or row[1] != "pending":
-        return  # unknown, or a redelivery of a child already recorded
+    if row is None or row[1] != "pending" or row[3] != "waiting":
+        return  # unknown, a redelivery of a child already recorded, or its step was cancelled or skipped
     args, func_path = payload.from_json(row[0]), row[2]
     try:
         func: Any = import_attribute(func_path)

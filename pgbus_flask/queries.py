@@ -176,6 +176,7 @@ class RunFilter:
     status: str | None = None
     step: str | None = None
     reason: str | None = None
+    error_class: str | None = None  # with reason: the attention group's error class ("" for none)
     subject: str | None = None
     text: str | None = None
     before: int | None = None  # keyset: runs with id < before
@@ -219,8 +220,12 @@ def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
         p, waiting = _params(engine, None, f.workflow_class)
         params.update(overdue=p["overdue"], waiting_cutoff=p["waiting_cutoff"], reason=f.reason,
                       cls=f.workflow_class)
+        error = ""
+        if f.error_class is not None:
+            error = " AND error_class IS NOT DISTINCT FROM %(error_class)s"
+            params["error_class"] = f.error_class or None
         where.append(sql.SQL("w.id IN (SELECT id FROM (" + _stuck_sql(waiting, f.workflow_class is not None)
-                             + ") x WHERE reason = %(reason)s)"))
+                             + ") x WHERE reason = %(reason)s" + error + ")"))
     query = sql.SQL("""
         SELECT w.*, s.id AS step_id, s.step_name AS step_step_name, s.attempt AS step_attempt,
                s.status AS step_status, s.scheduled_at AS step_scheduled_at, s.started_at AS step_started_at,

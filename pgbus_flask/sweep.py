@@ -176,8 +176,9 @@ def timed_out(engine: Engine, tx: runner.Transaction, run: runner.Row, step: run
 
 
 def _lost_children(engine: Engine, report: SweepReport) -> None:
-    """Pending children of open batches, sent longer than the stall threshold ago, whose RQ job
-    failed (its worker died) or no longer exists (Redis lost it): fail or resend them."""
+    """Pending children of open batches whose step still waits on them, sent longer than the
+    stall threshold ago, whose RQ job failed (its worker died) or no longer exists (Redis lost
+    it): fail or resend them. A cancelled or skipped step's children are left alone."""
     from rq.exceptions import NoSuchJobError
     from rq.job import Job, JobStatus
 
@@ -185,6 +186,7 @@ def _lost_children(engine: Engine, report: SweepReport) -> None:
     rows = _ids(
         engine,
         "SELECT c.batch_id, c.position, c.job_id, b.queue FROM pgbus_batches b"
+        " JOIN pgbus_workflow_steps s ON s.id = b.step_id AND s.status = 'waiting'"
         " JOIN pgbus_batch_children c ON c.batch_id = b.id AND c.status = 'pending'"
         " WHERE b.status = 'open' AND (c.enqueued_at IS NULL OR c.enqueued_at < now() - make_interval(secs => %s))"
         " ORDER BY b.id, c.position LIMIT %s",

@@ -156,3 +156,21 @@ def test_a_second_sweeper_does_nothing_while_the_lock_is_held(engine: Engine) ->
         finally:
             holder.execute("SELECT pg_advisory_unlock(%s)", (SWEEP_LOCK,))
     assert sweep(engine).ran is True
+
+
+def test_runs_list_narrows_to_one_attention_group(engine: Engine) -> None:
+    from pgbus_flask import Workflow, step
+
+    class FailsTwoWays(Workflow):
+        @step
+        def capture(self) -> None:
+            raise (TimeoutError if self.kwargs["timeout"] else ValueError)("no")
+
+    timeouts = [FailsTwoWays.start(timeout=True) for _ in range(2)]
+    FailsTwoWays.start(timeout=False)
+    work(engine)
+    group = queries.RunFilter(workflow_class="FailsTwoWays", reason="paused_error", error_class="TimeoutError")
+    rows, _ = queries.list_runs(engine, group)
+    assert {r["workflow_id"] for r in rows} == {r.workflow_id for r in timeouts}
+    rows, _ = queries.list_runs(engine, queries.RunFilter(workflow_class="FailsTwoWays", reason="paused_error"))
+    assert len(rows) == 3

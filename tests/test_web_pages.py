@@ -237,7 +237,8 @@ def test_attention_page_groups_with_bulk_confirms(app: Flask) -> None:
     assert 'data-testid="group-count">3<' in first
     assert 'data-confirm="Resume all 3 runs paused at capture on TimeoutError?"' in first
     assert "gateway timed out on attempt 1" in text_of(first)
-    assert 'href="/pgbus/runs?workflow_class=FailsUntil&amp;reason=paused_error&amp;step=capture"' in first
+    assert ('href="/pgbus/runs?workflow_class=FailsUntil&amp;reason=paused_error&amp;step=capture'
+            '&amp;error_class=TimeoutError"') in first
     assert re.findall(r'data-testid="bulk-(\w+)"', first) == ["resume", "skip", "cancel"]
     overdue_group = next(g for g in groups if 'data-reason="overdue"' in g)
     assert re.findall(r'data-testid="bulk-(\w+)"', overdue_group) == ["skip", "cancel"]

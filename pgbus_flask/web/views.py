@@ -21,7 +21,7 @@ from .i18n import gettext
 from .presenter import Presentation, present
 from .timeline import render as render_timeline
 
-FILTERS = ("workflow_class", "status", "step", "reason", "subject", "text")
+FILTERS = ("workflow_class", "status", "step", "reason", "error_class", "subject", "text")
 PAGE_SIZE = 50
 
 
@@ -198,7 +198,7 @@ class Pages:
         items = [
             {"g": group, "actions": [(a, helpers.bulk_confirm(a, group)) for a in helpers.BULK_BY_REASON[group.reason]],
              "runs_url": url_for(".runs", workflow_class=group.workflow_class, reason=group.reason,
-                                 step=group.step_name)}
+                                 step=group.step_name, error_class=group.error_class)}
             for group in groups
         ]
         result = {k: request.args.get(k) for k in ("done", "moved", "refused")}
