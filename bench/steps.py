@@ -298,6 +298,79 @@ def statements_per_step(args: argparse.Namespace, runs: int = 50) -> dict[str, f
     }
 
 
+def breakdown(args: argparse.Namespace, runs: int = 300) -> dict[str, float]:
+    """ms per step with one in-process SimpleWorker (no process scheduling in the way): the claim
+    transaction, the outcome transaction, the enqueue of the next step, RQ's work around the job;
+    and ms per job of a plain RQ chain run the same way."""
+    import collections
+
+    from rq import Queue, SimpleWorker
+
+    from bench.jobs import noop
+    from pgbus_flask import runner
+    from pgbus_flask.engine import Engine
+    from tests.workflows import FiveNoop
+
+    db = create_database(args.server_url, DB_NAME)
+    flush_redis(args.redis_url)
+    engine = _engine(db, args.redis_url)
+    spent: collections.Counter[str] = collections.Counter()
+    patched: list[tuple[Any, str, Any]] = []
+
+    def wrap(owner: Any, name: str, key: str) -> None:
+        real = getattr(owner, name)
+        patched.append((owner, name, real))
+
+        def timed(*a: Any, **kw: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return real(*a, **kw)
+            finally:
+                spent[key] += time.perf_counter() - t
+
+        setattr(owner, name, timed)
+
+    try:
+        engine.db.pool.wait()
+        for i in range(runs):
+            FiveNoop.start(i)
+        wrap(runner, "claim_attempt", "claim")
+        wrap(runner, "record_outcome", "outcome")
+        wrap(Engine, "send_step", "enqueue")
+        wrap(runner, "run_attempt", "attempt")
+        worker = SimpleWorker([engine.queue(n) for n in engine.queue_names()], connection=engine.redis)
+        t = time.perf_counter()
+        worker.work(burst=True, logging_level="WARNING")
+        total = time.perf_counter() - t
+        for owner, name, real in reversed(patched):
+            setattr(owner, name, real)
+        patched.clear()
+        steps = runs * STEPS
+        out = {"pgbus": 1000 * total / steps, "claim": 1000 * spent["claim"] / steps,
+               "outcome": 1000 * (spent["outcome"] - spent["enqueue"]) / steps,
+               "enqueue": 1000 * spent["enqueue"] / steps,
+               "rq": 1000 * (total - spent["attempt"]) / steps}
+        engine.redis.flushdb()
+        queue = Queue(CHAIN_QUEUE, connection=engine.redis)
+        for i in range(runs):
+            parent = None
+            for s in range(STEPS):
+                parent = queue.enqueue(noop, i, s, depends_on=parent, result_ttl=3600)
+        worker = SimpleWorker([queue], connection=engine.redis, maintenance_interval=1)
+        t = time.perf_counter()
+        worker.work(burst=True, logging_level="WARNING")
+        done = queue.finished_job_registry.count
+        out["chain"] = 1000 * (time.perf_counter() - t) / max(done, 1)
+        out["chain_left"] = steps - done
+        return out
+    finally:
+        for owner, name, real in reversed(patched):
+            setattr(owner, name, real)
+        engine.close()
+        drop_database(args.server_url, DB_NAME)
+        flush_redis(args.redis_url)
+
+
 # -- the plain RQ chain ----------------------------------------------------------
 
 
@@ -589,6 +662,8 @@ def main(argv: list[str] | None = None) -> int:
         log("start() latency with no worker running; statements per step")
         idle_lat = start_latency_idle(args)
         stmts = statements_per_step(args)
+        log("per-step breakdown, one in-process SimpleWorker")
+        cost = breakdown(args)
         # Nothing to clean up in logdir unless a phase failed: show the tail of worker logs then.
         table(results)
         print(f"(load average at the end: {os.getloadavg()[0]:.2f})\n")
@@ -603,6 +678,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"PostgreSQL round trips (in-process count): start() {stmts['start_statements']:.1f} statements"
               f" + {stmts['start_commands']:.1f} BEGIN/SAVEPOINT/COMMIT; each step"
               f" {stmts['step_statements']:.1f} statements + {stmts['step_commands']:.1f} BEGIN/COMMIT")
+        print(f"one in-process SimpleWorker, 300 runs: pgbus {cost['pgbus']:.2f} ms/step ({1000 / cost['pgbus']:.0f}"
+              f" steps/s) = claim tx {cost['claim']:.2f} + outcome tx {cost['outcome']:.2f} + enqueue next"
+              f" {cost['enqueue']:.2f} + RQ around the job {cost['rq']:.2f} ms; plain RQ chain"
+              f" {cost['chain']:.2f} ms/job ({1000 / cost['chain']:.0f} jobs/s; its burst left"
+              f" {cost['chain_left']:.0f} of {300 * STEPS} jobs unrun); ratio {cost['chain'] / cost['pgbus']:.2f}x")
         if any(r.unfinished for r in results if r.name.startswith("pgbus")):
             for name in sorted(os.listdir(logdir)):
                 with open(os.path.join(logdir, name), errors="replace") as fh:
