@@ -1,0 +1,501 @@
+"""The dashboard in a real browser: Playwright driving Debian's Chromium against the app on a free port.
+
+Each test serves its ``app`` from a thread, runs step jobs with ``work()`` in
+the test's own thread between clicks, waits with Playwright's expectations
+(never sleeps) and ends by checking that no page logged a console error or
+threw. Without /usr/bin/chromium the tests skip (fail with PGBUS_REQUIRE_BROWSER=1).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+
+from pgbus_flask import Workflow, step
+from pgbus_flask.handle import Run
+
+from .browser import CHROMIUM, CHROMIUM_ARGS, Watch, contrast, require_chromium, serve
+from .conftest import work
+from .webtools import engine_of
+from .workflows import FailsUntil, PausesItself, ThreeSteps, WaitsForPayment
+
+pytestmark = pytest.mark.browser
+
+ALICE = pytest.mark.settings(PGBUS_DASHBOARD_AUTH=lambda request: "alice")
+IMG = "<img src=x onerror=window.__xss=1>"
+SCRIPT = "<script>window.__xss=1</script>"
+XSS = f"{IMG}{SCRIPT}"
+
+
+class BrowserHostile(Workflow):
+    """Fails with the message it was started with."""
+
+    @step
+    def hostile(self) -> None:
+        raise ValueError(self.kwargs["msg"])
+
+
+# -- fixtures ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+class Browsing:
+    """Pages on the served app; every page's console errors, page errors and dialogs are recorded."""
+
+    def __init__(self, browser: Any, base_url: str) -> None:
+        self.browser, self.base_url = browser, base_url
+        self.contexts: list[Any] = []
+        self.watches: list[Watch] = []
+
+    def page(self, **context_options: Any) -> tuple[Any, Watch]:
+        context = self.browser.new_context(base_url=self.base_url, **context_options)
+        context.set_default_timeout(10_000)
+        self.contexts.append(context)
+        page = context.new_page()
+        watch = Watch()
+        watch.attach(page)
+        self.watches.append(watch)
+        return page, watch
+
+    def assert_no_errors(self) -> None:
+        errors = [e for w in self.watches for e in w.errors]
+        assert errors == [], "\n".join(errors)
+
+    def close(self) -> None:
+        for context in self.contexts:
+            context.close()
+
+
+@pytest.fixture
+def browsing(app: Flask, browser: Any) -> Iterator[Browsing]:
+    with serve(app) as base_url:
+        session = Browsing(browser, base_url)
+        try:
+            yield session
+        finally:
+            session.close()
+
+
+def run_of(app: Flask, workflow_id: Any) -> Run:
+    return Run(engine_of(app), workflow_id)
+
+
+def drain(app: Flask) -> None:
+    with app.app_context():
+        work(engine_of(app))
+
+
+def by_testid(page: Any, name: str) -> Any:
+    return page.get_by_test_id(name)
+
+
+# -- 1. filter, open, resume ---------------------------------------------------------------
+
+
+@ALICE
+def test_filter_open_a_paused_run_and_resume_it(app: Flask, browsing: Browsing) -> None:
+    from playwright.sync_api import expect
+
+    with app.app_context():
+        paused = FailsUntil.start(fail_until=1, subject=("Order", 1042))
+        FailsUntil.start(fail_until=0, subject=("Order", 1043))  # finishes
+        other = PausesItself.start()  # paused too, another class
+        work(engine_of(app))
+    page, watch = browsing.page()
+    page.goto("/pgbus/runs")
+    expect(by_testid(page, "actor")).to_have_text("dashboard:alice")
+    expect(by_testid(page, "run-row")).to_have_count(3)
+
+    by_testid(page, "filter-status").select_option("paused")
+    by_testid(page, "filter-submit").click()
+    expect(page).to_have_url(re.compile(r"/pgbus/runs\?.*status=paused"))
+    rows = by_testid(page, "run-row")
+    expect(rows).to_have_count(2)
+    expect(rows.and_(page.locator(f'[data-workflow-id="{other.workflow_id}"]'))).to_have_count(1)
+
+    by_testid(page, "filter-class").select_option("FailsUntil")
+    by_testid(page, "filter-submit").click()
+    expect(page).to_have_url(re.compile(r"workflow_class=FailsUntil"))
+    expect(page).to_have_url(re.compile(r"status=paused"))
+    expect(rows).to_have_count(1)
+    expect(rows).to_have_attribute("data-workflow-id", str(paused.workflow_id))
+    page.reload()
+    expect(by_testid(page, "filter-status")).to_have_value("paused")
+    expect(by_testid(page, "filter-class")).to_have_value("FailsUntil")
+    expect(rows).to_have_count(1)
+
+    rows.get_by_test_id("run-link").click()
+    expect(page).to_have_url(re.compile(rf"/pgbus/runs/{paused.workflow_id}$"))
+    expect(by_testid(page, "run-header")).to_have_attribute("data-workflow-id", str(paused.workflow_id))
+    badge = by_testid(page, "run-header").get_by_test_id("status-badge")
+    expect(badge).to_have_attribute("data-value", "paused_error")
+    expect(by_testid(page, "subject")).to_have_text("Order 1042")
+
+    question = by_testid(page, "action-resume").get_attribute("data-confirm")
+    assert question == "Resume this FailsUntil run?"
+    by_testid(page, "action-resume-reason").fill("gateway fixed")
+    watch.accept = False
+    by_testid(page, "action-resume-submit").click()
+    assert watch.dialogs == [question], "the button asks first, with the form's question"
+    expect(by_testid(page, "action-resume-reason")).to_have_value("gateway fixed")
+    expect(by_testid(page, "notice")).to_have_count(0)
+    assert run_of(app, paused.workflow_id).status == "paused", "saying no to the question changes nothing"
+    watch.accept = True
+    by_testid(page, "action-resume-submit").click()
+    expect(by_testid(page, "notice")).to_have_text("Done: Resume.")
+    assert watch.dialogs == [question, question]
+    entry = page.locator('[data-testid="audit-entry"][data-event="resumed"]')
+    expect(entry).to_have_count(1)
+    expect(entry.locator(".audit-sentence")).to_have_text("Resumed by dashboard:alice (capture #1): gateway fixed")
+    expect(badge).to_have_attribute("data-value", "queued")
+    resumed = next(e for e in run_of(app, paused.workflow_id).events() if e["event"] == "resumed")
+    assert (resumed["actor"], resumed["reason"]) == ("dashboard:alice", "gateway fixed")
+
+    drain(app)
+    page.reload()
+    expect(badge).to_have_attribute("data-value", "finished")
+    expect(by_testid(page, "run-status-badge")).to_have_attribute("data-value", "finished")
+    assert run_of(app, paused.workflow_id).status == "finished"
+    browsing.assert_no_errors()
+
+
+# -- 2. bulk resume ------------------------------------------------------------------------
+
+
+def test_bulk_resume_an_attention_group(app: Flask, browsing: Browsing) -> None:
+    from playwright.sync_api import expect
+
+    with app.app_context():
+        runs = [FailsUntil.start(fail_until=9, subject=("Order", n)) for n in (1, 2, 3)]
+        manual = PausesItself.start()
+        work(engine_of(app))
+    page, watch = browsing.page()
+    page.goto("/pgbus/attention")
+    groups = by_testid(page, "attention-group")
+    expect(groups).to_have_count(2)
+    group = page.locator('[data-testid="attention-group"][data-class="FailsUntil"][data-step="capture"]'
+                         '[data-reason="paused_error"]')
+    expect(group.get_by_test_id("group-count")).to_have_text("3")
+    expect(group.get_by_test_id("group-message")).to_contain_text("gateway timed out on attempt 1")
+    sentence = "Resume all 3 runs paused at capture on TimeoutError?"
+    form = group.get_by_test_id("bulk-resume")
+    expect(form.get_by_test_id("bulk-confirm-sentence")).to_have_text(sentence)
+
+    form.get_by_test_id("bulk-resume-reason").fill("gateway fixed")
+    form.get_by_test_id("bulk-resume-submit").click()
+    expect(by_testid(page, "bulk-result")).to_have_text("Resume these runs: 3 moved, 0 refused.")
+    assert watch.dialogs == [sentence]
+    expect(groups).to_have_count(1)
+    expect(groups).to_have_attribute("data-class", "PausesItself")
+    for run in runs:
+        after = run_of(app, run.workflow_id)
+        assert after.status == "ready", after.status
+        resumed = [e for e in after.events() if e["event"] == "resumed"]
+        assert [(e["actor"], e["reason"]) for e in resumed] == [("dashboard:anonymous", "gateway fixed")]
+    assert run_of(app, manual.workflow_id).status == "paused", "the other group was left alone"
+    browsing.assert_no_errors()
+
+
+# -- 3. send a signal ----------------------------------------------------------------------
+
+
+def test_send_a_signal_and_a_bad_payload(app: Flask, browsing: Browsing) -> None:
+    from playwright.sync_api import expect
+
+    with app.app_context():
+        run = WaitsForPayment.start(subject=("Order", 7))
+        work(engine_of(app))
+    assert (run_of(app, run.workflow_id).status, run_of(app, run.workflow_id).current_step) == ("waiting", "confirm")
+    page, watch = browsing.page()
+    page.goto(f"/pgbus/runs/{run.workflow_id}")
+    badge = by_testid(page, "run-header").get_by_test_id("status-badge")
+    expect(badge).to_have_attribute("data-value", "waiting")
+    expect(by_testid(page, "signals-table")).to_have_count(0)
+
+    by_testid(page, "signal-name").fill("payment_confirmed")
+    by_testid(page, "signal-payload").fill("{not json")
+    by_testid(page, "signal-key").fill("pi_1")
+    # Chromium reports the 400 answer itself as a console error: that one is expected here.
+    watch.allowed.append("the server responded with a status of 400")
+    with page.expect_response(lambda r: r.url.endswith("/signals") and r.request.method == "POST") as answer:
+        by_testid(page, "signal-submit").click()
+    assert answer.value.status == 400
+    expect(by_testid(page, "error-message")).to_contain_text("The payload is not valid JSON")
+    expect(by_testid(page, "signal-payload")).to_have_value("{not json")
+    expect(by_testid(page, "signal-name")).to_have_value("payment_confirmed")
+    expect(by_testid(page, "signal-key")).to_have_value("pi_1")
+    assert run_of(app, run.workflow_id).signals() == []
+    assert run_of(app, run.workflow_id).status == "waiting"
+    watch.allowed.clear()
+
+    by_testid(page, "signal-payload").fill('{"amount": 12.5}')
+    by_testid(page, "signal-reason").fill("bank says paid")
+    by_testid(page, "signal-submit").click()
+    expect(by_testid(page, "notice")).to_have_text("The signal was sent.")
+    rows = by_testid(page, "signal-row")
+    expect(rows).to_have_count(1)
+    expect(rows).to_contain_text("payment_confirmed")
+    expect(rows).to_contain_text("pi_1")
+    expect(rows).to_contain_text('"amount": 12.5')
+    expect(rows).to_contain_text("dashboard:anonymous")
+    expect(rows).to_have_attribute("data-status", re.compile("pending|claimed"))
+    assert run_of(app, run.workflow_id).status in ("ready", "claimed")
+    stored = run_of(app, run.workflow_id).signals()
+    assert [(s["name"], s["payload"], s["idempotency_key"]) for s in stored] == [
+        ("payment_confirmed", {"amount": 12.5}, "pi_1")]
+    assert watch.dialogs == [], "sending a signal asks nothing"
+
+    drain(app)
+    page.reload()
+    expect(badge).to_have_attribute("data-value", "finished")
+    expect(rows).to_have_attribute("data-status", "consumed")
+    expect(by_testid(page, "outputs")).to_contain_text("12.5")
+    browsing.assert_no_errors()
+
+
+# -- 4. languages --------------------------------------------------------------------------
+
+
+def test_switch_to_german_and_japanese(app: Flask, browsing: Browsing) -> None:
+    from playwright.sync_api import expect
+
+    page, _ = browsing.page()
+    page.goto("/pgbus/runs?status=paused")
+    html = page.locator("html")
+    nav = by_testid(page, "nav")
+    expect(html).to_have_attribute("lang", "en")
+    expect(page.locator("h1")).to_have_text("Runs")
+
+    by_testid(page, "locale-de").click()
+    expect(html).to_have_attribute("lang", "de")
+    expect(page).to_have_url(re.compile(r"status=paused"))
+    expect(page.locator("h1")).to_have_text("Läufe")
+    expect(page.locator("label[for=f-class]")).to_have_text("Workflow-Klasse")
+    expect(by_testid(page, "filter-submit")).to_have_text("Filtern")
+    expect(by_testid(page, "empty")).to_have_text("Keine Läufe passen zu diesen Filtern.")
+    expect(by_testid(page, "locale-de")).to_have_attribute("aria-current", "true")
+    nav.get_by_role("link", name="Braucht Aufmerksamkeit").click()
+    expect(page).to_have_url(re.compile(r"/pgbus/attention$"))
+    expect(html).to_have_attribute("lang", "de")
+    expect(page.locator("h1")).to_have_text("Braucht Aufmerksamkeit")
+
+    by_testid(page, "locale-ja").click()
+    expect(html).to_have_attribute("lang", "ja")
+    expect(page.locator("h1")).to_have_text("要対応")
+    nav.get_by_role("link", name="実行一覧").click()
+    expect(page).to_have_url(re.compile(r"/pgbus/runs$"))
+    expect(html).to_have_attribute("lang", "ja")
+    expect(page.locator("h1")).to_have_text("実行一覧")
+    expect(by_testid(page, "filter-submit")).to_have_text("絞り込む")
+    nav.get_by_role("link", name="概要").click()
+    expect(html).to_have_attribute("lang", "ja")
+    cookies = {c["name"]: c["value"] for c in page.context.cookies()}
+    assert cookies.get("pgbus_locale") == "ja"
+
+    by_testid(page, "locale-en").click()
+    expect(html).to_have_attribute("lang", "en")
+    page.goto("/pgbus/attention")
+    expect(page.locator("h1")).to_have_text("Needs attention")
+    browsing.assert_no_errors()
+
+
+def test_switching_language_on_the_answer_to_a_post(app: Flask, browsing: Browsing) -> None:
+    """A 409 or 400 answer is shown at the POST's URL: its language links must still lead to a page."""
+    from playwright.sync_api import expect
+
+    with app.app_context():
+        waiting = WaitsForPayment.start()
+        work(engine_of(app))
+        late = ThreeSteps.start(order_id=2)
+    page, watch = browsing.page()
+    watch.allowed += ["status of 409", "status of 400"]  # Chromium logs the expected answers themselves
+    html = page.locator("html")
+
+    page.goto(f"/pgbus/runs/{late.workflow_id}")
+    with app.app_context():
+        run_of(app, late.workflow_id).cancel(actor="cli:bob", reason="meanwhile")
+    by_testid(page, "action-cancel-submit").click()
+    expect(by_testid(page, "error-message")).to_have_text(
+        "Cancel run is not possible now: the run is Cancelled. Nothing was changed. Possible now: Rerun.")
+    by_testid(page, "locale-de").click()
+    expect(html).to_have_attribute("lang", "de")
+    expect(by_testid(page, "error-page")).to_have_count(0)
+    expect(by_testid(page, "run-header")).to_have_attribute("data-workflow-id", str(late.workflow_id))
+
+    page.goto(f"/pgbus/runs/{waiting.workflow_id}?locale=en")
+    by_testid(page, "signal-name").fill("payment_confirmed")
+    by_testid(page, "signal-payload").fill("{not json")
+    by_testid(page, "signal-submit").click()
+    expect(by_testid(page, "error-message")).to_contain_text("The payload is not valid JSON")
+    by_testid(page, "locale-ja").click()
+    expect(html).to_have_attribute("lang", "ja")
+    expect(by_testid(page, "error-page")).to_have_count(0)
+    expect(by_testid(page, "run-header")).to_have_attribute("data-workflow-id", str(waiting.workflow_id))
+    assert run_of(app, waiting.workflow_id).signals() == []
+    browsing.assert_no_errors()
+
+
+# -- 5. without JavaScript -----------------------------------------------------------------
+
+
+def test_actions_and_filters_work_without_javascript(app: Flask, browsing: Browsing) -> None:
+    from playwright.sync_api import expect
+
+    with app.app_context():
+        paused = [FailsUntil.start(fail_until=9, subject=("Order", n)) for n in (1, 2)]
+        work(engine_of(app))
+        queued = ThreeSteps.start(order_id=5, subject=("Order", 5))
+    page, watch = browsing.page(java_script_enabled=False)
+    page.goto("/pgbus/runs")
+    expect(by_testid(page, "run-row")).to_have_count(3)
+    by_testid(page, "filter-status").select_option("ready")
+    by_testid(page, "filter-submit").click()
+    expect(page).to_have_url(re.compile(r"status=ready"))
+    expect(by_testid(page, "run-row")).to_have_count(1)
+    expect(by_testid(page, "run-row")).to_have_attribute("data-workflow-id", str(queued.workflow_id))
+    by_testid(page, "run-link").click()
+    expect(by_testid(page, "timeline-bar").first).to_be_visible()  # drawn by the server
+    expect(by_testid(page, "timeline-legend")).to_contain_text("Queued")
+
+    by_testid(page, "action-cancel-reason").fill("duplicate order")
+    by_testid(page, "action-cancel-submit").click()
+    expect(by_testid(page, "confirm-sentence")).to_have_text(
+        "Cancel this ThreeSteps run? Its open step is cancelled and nothing else runs.")
+    expect(by_testid(page, "confirm-reason")).to_have_value("duplicate order")
+    assert run_of(app, queued.workflow_id).status == "ready", "asking changes nothing"
+    by_testid(page, "confirm-submit").click()
+    expect(by_testid(page, "notice")).to_have_text("Done: Cancel run.")
+    expect(by_testid(page, "run-header").get_by_test_id("status-badge")).to_have_attribute("data-value", "cancelled")
+    cancelled = run_of(app, queued.workflow_id)
+    assert cancelled.status == "cancelled"
+    assert (cancelled.events()[-1]["actor"], cancelled.events()[-1]["reason"]) == (
+        "dashboard:anonymous", "duplicate order")
+
+    page.goto("/pgbus/attention")
+    group = by_testid(page, "attention-group")
+    group.get_by_test_id("bulk-resume-submit").click()
+    expect(by_testid(page, "confirm-sentence")).to_have_text("Resume all 2 runs paused at capture on TimeoutError?")
+    by_testid(page, "confirm-reason").fill("gateway fixed")
+    by_testid(page, "confirm-submit").click()
+    expect(by_testid(page, "bulk-result")).to_have_text("Resume these runs: 2 moved, 0 refused.")
+    assert {run_of(app, r.workflow_id).status for r in paused} == {"ready"}
+    assert watch.dialogs == [], "nothing asked in a dialog without JavaScript"
+    browsing.assert_no_errors()
+
+
+# -- 6. light and dark ---------------------------------------------------------------------
+
+# Text whose contrast must reach WCAG AA (4.5:1) on the run page and the attention page.
+RUN_PAGE_TEXT = {
+    "body text": "body",
+    "next-step sentence": '[data-testid="run-header"] [data-testid="next-step"]',
+    "run badge": '[data-testid="run-header"] [data-testid="status-badge"]',
+    "status badge": '[data-testid="run-status-badge"]',
+    "step badge": '[data-testid="step-badge"]',
+    "muted label": ".facts dt",
+    "link": ".crumbs a",
+    "attempt error": '[data-testid="attempt-error"] .error-text',
+    "audit error": ".audit .error-text",
+    "primary button": '[data-testid="action-resume-submit"]',
+    "danger button": '[data-testid="action-cancel-submit"]',
+    "code": '[data-testid="steps-table"] .pgbus-code',
+    "arguments": '[data-testid="arguments"]',
+}
+ATTENTION_PAGE_TEXT = {
+    "heading": "h1",
+    "reason badge": '[data-testid="reason-badge"]',
+    "newest message": '[data-testid="group-message"]',
+    "confirm sentence": '[data-testid="bulk-confirm-sentence"]',
+    "runs link": '[data-testid="group-runs-link"]',
+    "actor": '[data-testid="actor"]',
+    "bulk result": '[data-testid="bulk-result"]',
+}
+
+
+def test_light_and_dark_mode_are_legible(app: Flask, browsing: Browsing, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    with app.app_context():
+        run = FailsUntil.start(fail_until=9, subject=("Order", 1))
+        work(engine_of(app))
+    page, _ = browsing.page(viewport={"width": 1280, "height": 900})
+    low: list[str] = []
+    backgrounds = {}
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        for url, checks, shot in ((f"/pgbus/runs/{run.workflow_id}", RUN_PAGE_TEXT, "run"),
+                                  ("/pgbus/attention?done=resume&moved=0&refused=0", ATTENTION_PAGE_TEXT,
+                                   "attention")):
+            page.goto(url)
+            for name, selector in checks.items():
+                target = page.locator(selector)
+                expect(target.first).to_be_visible()
+                found = contrast(target)
+                if found["ratio"] < 4.5:
+                    low.append(f"{scheme} {shot} page, {name} ({selector}): {found['ratio']:.2f}:1,"
+                               f" {found['fg']} on {found['bg']}")
+            backgrounds[(scheme, shot)] = contrast(page.locator("body"))["bg"]
+            page.screenshot(path=str(tmp_path / f"{shot}-{scheme}.png"), full_page=True)
+    assert backgrounds[("light", "run")] != backgrounds[("dark", "run")], "dark mode changes the colours"
+    assert all((tmp_path / f"{s}-{m}.png").stat().st_size > 0 for s in ("run", "attention")
+               for m in ("light", "dark"))
+    assert low == [], "text below WCAG AA contrast:\n" + "\n".join(low)
+    browsing.assert_no_errors()
+
+
+# -- 7. escaping ---------------------------------------------------------------------------
+
+
+def test_hostile_text_shows_literally_and_never_runs(app: Flask, browsing: Browsing) -> None:
+    from playwright.sync_api import expect
+
+    with app.app_context():
+        run = BrowserHostile.start(XSS, note=XSS, msg=f"refused {XSS}", subject=(f"Order{IMG}", SCRIPT))
+        work(engine_of(app))
+    page, watch = browsing.page()
+    page.goto(f"/pgbus/runs/{run.workflow_id}")
+    by_testid(page, "action-resume-reason").fill(f"retry {XSS}")
+    by_testid(page, "action-resume-submit").click()
+    expect(by_testid(page, "notice")).to_have_text("Done: Resume.")
+    assert watch.dialogs == ["Resume this BrowserHostile run?"]
+    drain(app)  # fails again with the same message
+    assert run_of(app, run.workflow_id).status == "paused"
+
+    def untouched() -> None:
+        assert page.evaluate("typeof window.__xss") == "undefined", page.url
+        assert page.locator("main img").count() == 0 and page.locator("main script").count() == 0, page.url
+
+    page.goto("/pgbus/runs")
+    row = page.locator(f'[data-testid="run-row"][data-workflow-id="{run.workflow_id}"]')
+    expect(row.get_by_test_id("subject")).to_have_text(f"Order{IMG} {SCRIPT}")
+    expect(row.get_by_test_id("next-step")).to_contain_text("ValueError")
+    untouched()
+
+    page.goto(f"/pgbus/runs/{run.workflow_id}")
+    expect(by_testid(page, "run-header").get_by_test_id("subject")).to_have_text(f"Order{IMG} {SCRIPT}")
+    expect(by_testid(page, "attempt-error").first.locator(".error-text")).to_have_text(f"refused {XSS}")
+    resumed = page.locator('[data-testid="audit-entry"][data-event="resumed"] .audit-sentence')
+    expect(resumed).to_have_text(f"Resumed by dashboard:anonymous (hostile #1): retry {XSS}")
+    expect(by_testid(page, "arguments")).to_contain_text(XSS)
+    untouched()
+
+    page.goto("/pgbus/attention")
+    group = page.locator('[data-testid="attention-group"][data-class="BrowserHostile"]')
+    expect(group.get_by_test_id("group-message")).to_have_text(f"refused {XSS}")
+    untouched()
+    browsing.assert_no_errors()
