@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from flask import current_app
 from redis import Redis
 from rq import Queue
 
@@ -125,8 +126,6 @@ def resolve_engine(bus: Any = None) -> Engine:
     if bus is not None:
         return bus if isinstance(bus, Engine) else bus.engine
     try:
-        from flask import current_app
-
         state = current_app.extensions.get("pgbus")
     except RuntimeError:
         state = None

@@ -253,6 +253,14 @@ def _cancel_open_steps(conn: psycopg.Connection[Any], workflow_id: Any) -> None:
         " WHERE workflow_id = %s AND status = ANY(%s)",
         (workflow_id, list(states.OPEN_STEP)),
     )
+    _close_open_batches(conn, workflow_id)
+
+
+def _close_open_batches(conn: psycopg.Connection[Any], workflow_id: Any) -> None:
+    """The open step's batch is closed with it (a run has at most one open step): its
+    remaining children will not run, and the sweep stops looking at it."""
+    conn.execute("UPDATE pgbus_batches SET status = 'finished', finished_at = now()"
+                 " WHERE workflow_id = %s AND status = 'open'", (workflow_id,))
 
 
 # -- start -----------------------------------------------------------------
@@ -962,6 +970,7 @@ def skip(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | 
         if latest["status"] in states.OPEN_STEP or latest["status"] in ("failed", "cancelled"):
             skipped = move_step(tx.conn, latest["id"], [latest["status"]], "skipped", finished_at=_now(tx),
                                 outcome=latest["outcome"] or "skipped")
+            _close_open_batches(tx.conn, workflow_id)
             name = latest["step_name"]
         else:
             # Paused after its step completed: skip the step resume would run next.

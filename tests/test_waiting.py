@@ -212,3 +212,16 @@ def run_context(claim: runner.Claim) -> Workflow:
     """A step context for a claim, to call Workflow.fan_out with."""
     return claim.klass(engine=claim.klass, workflow_id=claim.run["workflow_id"], args=(), kwargs={},  # type: ignore
                        subject=None, attempt=1, step_name="notify_vendors", outputs={})
+
+
+def test_cancelling_a_fanned_out_run_closes_its_batch(engine: Engine) -> None:
+    run = FansOut.start(n=3)
+    step_row = run.steps()[0]
+    runner.run_attempt(engine, step_row["id"], None)
+    assert run.refresh().status == "waiting"
+    run.cancel(reason="order withdrawn")
+    [batch] = run.batches()
+    assert batch["status"] == "finished"
+    work(engine)  # the queued children find their step cancelled and do nothing
+    found = batch_progress(engine, batch["id"])
+    assert found is not None and [c["status"] for c in found[1]] == ["pending"] * 3

@@ -1,9 +1,9 @@
 """RQ worker classes that run pgbus step jobs and the sweep.
 
 ``PgbusWorker`` (the default) runs jobs in its own process, like RQ's
-``SimpleWorker``: measured here, forking a horse per job costs about 4 ms
-a step, and a step's state lives in PostgreSQL, so a crash loses nothing
-(the sweep finds the stalled attempt). ``PgbusForkWorker`` forks a horse per
+``SimpleWorker``: a horse per job costs a fork and a fresh pool connection
+per step (see docs/benchmarks.md), and a step's state lives in PostgreSQL,
+so a crash loses nothing (the sweep finds the stalled attempt). ``PgbusForkWorker`` forks a horse per
 job like RQ's ``Worker`` for steps that must not share a process.
 
 Both work with the plain ``rq worker -w pgbus_flask.worker.runner.PgbusWorker``
