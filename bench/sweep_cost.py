@@ -110,6 +110,32 @@ SELECT workflow_id, 'started', 'bench' FROM pgbus_workflows;
 """
 
 
+# The rewrite suggested in docs/benchmarks.md for queries._stuck_sql: one branch per stuck reason,
+# each driven by an index, so the cost follows the stuck runs instead of every ongoing run.
+STUCK_PROTOTYPE = """
+SELECT workflow_class, reason, count(*) FROM (
+  SELECT w.workflow_class,
+         CASE WHEN s.status = 'failed' AND s.error_class = 'pgbus_flask.errors.StepStalled' THEN 'stalled'
+              WHEN s.status = 'failed' AND s.error_class IS NOT NULL THEN 'paused_error'
+              ELSE 'paused_manual' END AS reason
+  FROM pgbus_workflows w
+  LEFT JOIN LATERAL (SELECT status, error_class FROM pgbus_workflow_steps WHERE workflow_id = w.workflow_id
+                     ORDER BY id DESC LIMIT 1) s ON TRUE
+  WHERE w.status = 'paused'
+  UNION ALL
+  SELECT w.workflow_class, 'overdue' FROM pgbus_workflow_steps s
+  JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'ready'
+  WHERE s.status = 'scheduled' AND s.scheduled_at < %(overdue)s
+  UNION ALL
+  SELECT w.workflow_class, 'waiting_overdue' FROM pgbus_workflow_steps s
+  JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'waiting'
+  WHERE s.status = 'waiting' AND s.timeout_at IS NULL AND s.batch_id IS NULL AND s.waiting_since < %(waiting_cutoff)s
+) x GROUP BY 1, 2
+"""
+PROTOTYPE_INDEX = ("CREATE INDEX bench_steps_waiting_no_deadline ON pgbus_workflow_steps (waiting_since)"
+                   " WHERE status = 'waiting' AND timeout_at IS NULL AND batch_id IS NULL")
+
+
 def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     """Median seconds of ``repeat`` calls after one warm-up call, and the last result."""
     result = fn()
@@ -213,6 +239,19 @@ def measure(args: argparse.Namespace, n: int) -> dict[str, Any]:
                 query, params = max(sent, key=lambda s: len(s[0]))
                 out["read_plans"][name] = explain(url, query, params)
         out["groups"] = len(groups)
+
+        # Last (it adds an index): the suggested rewrite of the stuck-reason query, same answer?
+        params, _ = queries._params(engine, None, None)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(PROTOTYPE_INDEX)
+            conn.execute("ANALYZE pgbus_workflow_steps")
+
+            def prototype() -> dict[tuple[str, str], int]:
+                rows = conn.execute(STUCK_PROTOTYPE.encode(), params).fetchall()
+                return {(r[0], r[1]): r[2] for r in rows}
+
+            out["prototype"], answer = timed(prototype, args.repeat)
+            out["prototype_same"] = answer == queries.stuck_reason_counts(engine)
     finally:
         if engine is not None:
             engine.close()
@@ -245,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + f"{'dashboard reads (queries.py)':<34}" + "".join(f"{x:>16}" for x in names))
     for name in results[sizes[0]]["reads"]:
         print(f"{name:<34}" + "".join(f"{ms(results[n]['reads'].get(name, float('nan'))):>16}" for n in sizes))
+
+    print(f"{'stuck_reason_counts, UNION ALL rewrite':<34}"
+          + "".join(f"{ms(results[n]['prototype']):>16}" for n in sizes)
+          + "   (same counts: " + ", ".join(str(results[n]["prototype_same"]) for n in sizes) + ")")
 
     shown = sizes if args.plans == "all" else sizes[-1:] if args.plans == "largest" else []
     for n in shown:
