@@ -154,8 +154,12 @@ def test_an_action_without_a_button_is_a_404(app: Flask) -> None:
 def test_a_get_never_changes_anything(app: Flask) -> None:
     with app.app_context():
         run = ThreeSteps.start(order_id=1)
-    assert app.test_client().get(f"/pgbus/runs/{run.workflow_id}/actions/cancel").status_code == 405
+    page = app.test_client().get(f"/pgbus/runs/{run.workflow_id}/actions/cancel?locale=de")
+    assert page.status_code == 405 and "POST" in page.headers["Allow"]
+    html = page.get_data(as_text=True)
+    assert 'data-testid="error-page" data-code="405"' in html and 'lang="de"' in html
     assert refreshed(app, run).status == "ready"
+    assert app.test_client().post("/elsewhere").status_code == 404  # the host app's own pages keep theirs
 
 
 @ALICE

@@ -15,8 +15,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 import psycopg
-from flask import Blueprint, current_app, g, render_template, request
-from werkzeug.exceptions import HTTPException
+from flask import Blueprint, current_app, g, render_template, request, url_for
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.wrappers import Response
 
 from .. import states
@@ -107,13 +107,40 @@ def make_blueprint(engine: Engine) -> Blueprint:
         title = i18n.gettext(titles[exc.code]) if exc.code in titles else str(exc.name)
         return _error_page(exc.code, title, exc.description or "")
 
+    @bp.app_errorhandler(MethodNotAllowed)
+    def _wrong_method(exc: MethodNotAllowed) -> Any:
+        # Routing refuses a wrong method before the blueprint runs, so its own
+        # handlers never see it: answer with the dashboard's page under its prefix.
+        prefix = settings.dashboard_prefix
+        if not prefix or not (request.path + "/").startswith(prefix + "/"):
+            return exc
+        g.pgbus_locale = i18n.choose_locale(settings.locales, settings.default_locale)
+        g.pgbus_tz = i18n.zone(settings.timezone)
+        context = _context()  # the blueprint's processors do not run outside its routes
+        context.update(code=405, title=i18n.gettext("Method not allowed"),
+                       message=i18n.gettext("This address only takes a form submission; open the page "
+                                            "it belongs to instead."))
+        return render_template("pgbus/error.html", **context), 405, {"Allow": ", ".join(exc.valid_methods or ())}
+
     pages = views.register(bp, engine)
     api.register(bp, engine, pages)
     return bp
 
 
 def _locale_url(locale: str) -> str:
-    """This page's URL with ``?locale=`` set (other arguments kept)."""
+    """This page's URL with ``?locale=`` set (other arguments kept).
+
+    A page answering a POST (an error, a confirmation) has no GET of its own:
+    its language links lead to the page behind it (the run, or the attention view).
+    """
+    if request.method != "GET":
+        view_args = request.view_args or {}
+        if "workflow_id" in view_args:
+            return url_for("pgbus.run", workflow_id=view_args["workflow_id"], **{i18n.LOCALE_PARAM: locale})
+        if request.endpoint == "pgbus.bulk":
+            return url_for("pgbus.attention", **{i18n.LOCALE_PARAM: locale})
+    if request.method != "GET" or request.url_rule is None:
+        return url_for("pgbus.overview", **{i18n.LOCALE_PARAM: locale})
     args = request.args.to_dict()
     args[i18n.LOCALE_PARAM] = locale
     return request.script_root + request.path + "?" + urlencode(args)

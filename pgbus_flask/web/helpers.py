@@ -269,7 +269,7 @@ def action_confirm(action: str, workflow_class: str, step: str | None) -> str:
         "resume_at": N_("Cancel the open step and resume this %(workflow)s run at the chosen step?"),
         "run_now": N_("Run %(step)s now instead of at its scheduled time?"),
         "skip": N_("Skip %(step)s and go on with the next step?"),
-        "rerun": N_("Run this %(workflow)s run again from its first step?"),
+        "rerun": N_("Run this %(workflow)s run again from the chosen step?"),
         "cancel": N_("Cancel this %(workflow)s run? Its open step is cancelled and nothing else runs."),
     }
     return gettext(questions[action]) % {"workflow": workflow_class, "step": step or ""}
