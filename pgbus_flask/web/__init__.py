@@ -133,14 +133,15 @@ def _locale_url(locale: str) -> str:
     A page answering a POST (an error, a confirmation) has no GET of its own:
     its language links lead to the page behind it (the run, or the attention view).
     """
+    asked: dict[str, Any] = {i18n.LOCALE_PARAM: locale}
     if request.method != "GET":
         view_args = request.view_args or {}
         if "workflow_id" in view_args:
-            return url_for("pgbus.run", workflow_id=view_args["workflow_id"], **{i18n.LOCALE_PARAM: locale})
+            return url_for("pgbus.run", workflow_id=view_args["workflow_id"], **asked)
         if request.endpoint == "pgbus.bulk":
-            return url_for("pgbus.attention", **{i18n.LOCALE_PARAM: locale})
+            return url_for("pgbus.attention", **asked)
     if request.method != "GET" or request.url_rule is None:
-        return url_for("pgbus.overview", **{i18n.LOCALE_PARAM: locale})
+        return url_for("pgbus.overview", **asked)
     args = request.args.to_dict()
     args[i18n.LOCALE_PARAM] = locale
     return request.script_root + request.path + "?" + urlencode(args)
