@@ -40,6 +40,29 @@ class Transaction:
         self._callbacks: list[Callable[[], Any]] = []
         #: PostgreSQL's now() for this transaction, once something asked for it.
         self.now: datetime | None = None
+        #: Rows kept to be written by kind, in one statement, just before COMMIT.
+        self.buffered: dict[str, list[Any]] = {}
+        self._flushers: dict[str, Callable[[psycopg.Connection[Any], list[Any]], Any]] = {}
+
+    def buffer(self, kind: str, row: Any, flush: Callable[[psycopg.Connection[Any], list[Any]], Any]) -> None:
+        """Keep ``row`` to be written with the others of its ``kind`` by ``flush(conn, rows)``
+        just before the outermost COMMIT (one statement instead of one per row); a savepoint
+        that rolls back drops its rows."""
+        self.buffered.setdefault(kind, []).append(row)
+        self._flushers.setdefault(kind, flush)
+
+    def _merge_into(self, outer: Transaction) -> None:
+        """A released savepoint hands its callbacks and kept rows to the block around it."""
+        outer._callbacks.extend(self._callbacks)
+        for kind, rows in self.buffered.items():
+            outer.buffered.setdefault(kind, []).extend(rows)
+            outer._flushers.setdefault(kind, self._flushers[kind])
+
+    def _flush(self) -> None:
+        for kind, rows in self.buffered.items():
+            if rows:
+                self._flushers[kind](self.conn, rows)
+        self.buffered.clear()
 
     def after_commit(self, callback: Callable[[], Any]) -> None:
         """Run ``callback`` once the outermost transaction commits; never if this block rolls back."""
@@ -72,12 +95,18 @@ class Database:
                     _ORPHANED_POOLS.append(self._pool)
                     self._pool = None
                 if self._pool is None:
-                    self._pool = ConnectionPool(
+                    pool = ConnectionPool(
                         self.url, min_size=1, max_size=self.max_size, open=False,
                         kwargs={"autocommit": True}, timeout=10, name="pgbus",
                     )
-                    self._pool.open(wait=False)
-                    self._pid = os.getpid()
+                    # Wait for the first connection: in a forked horse a background
+                    # connect would race the first checkout and open a second one.
+                    try:
+                        pool.open(wait=True, timeout=10)
+                    except PoolTimeout:
+                        pool.close()
+                        raise
+                    self._pool, self._pid = pool, os.getpid()
         return self._pool
 
     def discard_broken(self) -> None:
@@ -136,8 +165,7 @@ class Database:
                     yield tx
                 finally:
                     _current.reset(token)
-            # The savepoint was released: its callbacks now ride on the outer block.
-            outer._callbacks.extend(tx._callbacks)
+            tx._merge_into(outer)
             return
         if conn is not None:
             if conn.info.transaction_status != pq.TransactionStatus.IDLE:
@@ -158,6 +186,7 @@ class Database:
         try:
             with conn.transaction():
                 yield tx
+                tx._flush()
         finally:
             _current.reset(token)
         for callback in tx._callbacks:

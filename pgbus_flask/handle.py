@@ -35,6 +35,14 @@ class Run:
         self.workflow_id = _uuid(workflow_id)
         self.refresh()
 
+    @classmethod
+    def from_rows(cls, engine: Engine, row: Row, latest_step: Row | None, klass: Any) -> Run:
+        """A handle on rows just read or written (``row`` with ``db_now``), without a query."""
+        run = cls.__new__(cls)
+        run.engine, run.workflow_id = engine, row["workflow_id"]
+        run.row, run.latest_step, run.klass = row, latest_step, klass
+        return run
+
     def __repr__(self) -> str:
         return f"<Run {self.workflow_class} {self.workflow_id} {self.status}>"
 
@@ -117,11 +125,8 @@ class Run:
 
     def outputs(self) -> dict[str, Any]:
         """``{step_name: output}`` of each step's latest completed attempt."""
-        rows = self._rows(
-            "SELECT step_name, output FROM pgbus_workflow_steps WHERE workflow_id = %s AND status = 'completed'"
-            " ORDER BY attempt, id"
-        )
-        return {row["step_name"]: payload.from_json(row["output"]) for row in rows}
+        with self.engine.db.reading() as conn:
+            return runner.completed_outputs(conn, self.workflow_id)
 
     # -- verbs --------------------------------------------------------------------
 

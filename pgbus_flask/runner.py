@@ -69,11 +69,21 @@ def _q(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any] | dict[str
     return conn.cursor(row_factory=dict_row).execute(sql, params)  # type: ignore[arg-type]
 
 
-def lock_run(conn: psycopg.Connection[Any], workflow_id: Any) -> Row:
-    """The run's row, locked until the transaction ends; WorkflowNotFound if there is none."""
-    row = _q(conn, "SELECT * FROM pgbus_workflows WHERE workflow_id = %s FOR UPDATE", (workflow_id,)).fetchone()
+def lock_run(tx: Transaction, workflow_id: Any, *, attempt: int | None = None) -> Row:
+    """The run's row, locked until the transaction ends (WorkflowNotFound if there is none).
+
+    The same round trip reads the transaction's now() and, given ``attempt``, that step
+    row's status (as ``attempt_status``).
+    """
+    row = _q(
+        tx.conn,
+        "SELECT w.*, now() AS tx_now, (SELECT status FROM pgbus_workflow_steps WHERE id = %s) AS attempt_status"
+        " FROM pgbus_workflows w WHERE w.workflow_id = %s FOR UPDATE",
+        (attempt, workflow_id),
+    ).fetchone()
     if row is None:
         raise WorkflowNotFound(workflow_id)
+    _set_now(tx, row["tx_now"])
     return row  # type: ignore[no-any-return]
 
 
@@ -81,6 +91,14 @@ def latest_step(conn: psycopg.Connection[Any], workflow_id: Any) -> Row | None:
     return _q(  # type: ignore[no-any-return]
         conn, "SELECT * FROM pgbus_workflow_steps WHERE workflow_id = %s ORDER BY id DESC LIMIT 1", (workflow_id,)
     ).fetchone()
+
+
+def completed_outputs(conn: psycopg.Connection[Any], workflow_id: Any) -> dict[str, Any]:
+    """``{step_name: output}`` of each step's latest completed attempt."""
+    rows = conn.execute(
+        "SELECT step_name, output FROM pgbus_workflow_steps WHERE workflow_id = %s AND status = 'completed'"
+        " ORDER BY attempt, id", (workflow_id,)).fetchall()
+    return {name: payload.from_json(output) for name, output in rows}
 
 
 def move_run(conn: psycopg.Connection[Any], workflow_id: Any, from_: Sequence[str], to: str, **cols: Any) -> Row | None:
@@ -104,7 +122,7 @@ def move_step(conn: psycopg.Connection[Any], step_id: int, from_: Sequence[str],
 
 
 def record_event(
-    conn: psycopg.Connection[Any],
+    tx: Transaction,
     workflow_id: Any,
     event: str,
     actor: str,
@@ -113,17 +131,23 @@ def record_event(
     step: Row | None = None,
     details: dict[str, Any] | None = None,
 ) -> None:
-    """Append to the audit trail (reason and string details capped)."""
+    """Append to the audit trail (reason and string details capped). The rows of one
+    transaction are written together just before it commits."""
     assert event in states.EVENTS, event
     capped = {k: cap(v, states.DETAIL_LIMIT) if isinstance(v, str) else v for k, v in (details or {}).items()}
+    tx.buffer("events", (
+        workflow_id, event, cap(actor, 200) or "app", cap(reason, states.REASON_LIMIT),
+        step["id"] if step else None, step["step_name"] if step else None, step["attempt"] if step else None,
+        Jsonb(payload.to_json(capped)),
+    ), _write_events)
+
+
+def _write_events(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> None:
+    values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
     conn.execute(
         "INSERT INTO pgbus_workflow_events (workflow_id, event, actor, reason, step_id, step_name, attempt, details)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-        (
-            workflow_id, event, cap(actor, 200) or "app", cap(reason, states.REASON_LIMIT),
-            step["id"] if step else None, step["step_name"] if step else None, step["attempt"] if step else None,
-            Jsonb(payload.to_json(capped)),
-        ),
+        " VALUES " + values,  # one placeholder group per row, values bound
+        [value for row in rows for value in row],
     )
 
 
@@ -172,8 +196,10 @@ def schedule_step(
     actor: str,
     delay: float = 0.0,
     reason: str | None = None,
+    set_current: bool = True,
 ) -> Row:
-    """A new scheduled attempt of ``step_name`` (due after ``delay`` seconds), sent after commit."""
+    """A new scheduled attempt of ``step_name`` (due after ``delay`` seconds), sent after commit.
+    ``set_current=False`` when the caller already set the run's current step."""
     step = _q(
         tx.conn,
         """
@@ -187,11 +213,12 @@ def schedule_step(
         {"wid": run["workflow_id"], "cls": run["workflow_class"], "step": step_name, "delay": delay,
          "job": str(uuid.uuid4())},
     ).fetchone()
-    tx.conn.execute(
-        "UPDATE pgbus_workflows SET current_step = %s, updated_at = now() WHERE workflow_id = %s",
-        (step_name, run["workflow_id"]),
-    )
-    record_event(tx.conn, run["workflow_id"], "step_scheduled", actor, reason=reason, step=step,
+    if set_current:
+        tx.conn.execute(
+            "UPDATE pgbus_workflows SET current_step = %s, updated_at = now() WHERE workflow_id = %s",
+            (step_name, run["workflow_id"]),
+        )
+    record_event(tx, run["workflow_id"], "step_scheduled", actor, reason=reason, step=step,
                  details={"scheduled_at": step["scheduled_at"]} if delay else None)
     _send_after_commit(engine, tx, klass, step)
     return step  # type: ignore[no-any-return]
@@ -220,18 +247,26 @@ def advance(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow] | N
         raise UnknownWorkflow(run["workflow_class"])
     if nxt is None:
         moved = move_run(tx.conn, wid, states.ONGOING, "finished", finished_at=_now(tx), paused_at=None)
-        record_event(tx.conn, wid, "finished", actor)
+        record_event(tx, wid, "finished", actor)
         return moved or run
-    moved = move_run(tx.conn, wid, states.ONGOING, "ready", paused_at=None)
-    schedule_step(engine, tx, run, klass, nxt.name, actor=actor)
+    moved = move_run(tx.conn, wid, states.ONGOING, "ready", paused_at=None, current_step=nxt.name)
+    schedule_step(engine, tx, run, klass, nxt.name, actor=actor, set_current=False)
     return moved or run
+
+
+def _root(tx: Transaction) -> Transaction:
+    while tx.parent is not None:
+        tx = tx.parent
+    return tx
+
+
+def _set_now(tx: Transaction, now: datetime) -> None:
+    _root(tx).now = now
 
 
 def _now(tx: Transaction) -> datetime:
     """PostgreSQL's now(): the transaction's start time, read once per transaction."""
-    root = tx
-    while root.parent is not None:
-        root = root.parent
+    root = _root(tx)
     if root.now is None:
         root.now = tx.conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
     return root.now
@@ -328,10 +363,10 @@ def start(
             ).fetchone()
             assert found is not None
             return Run(engine, found[0])
-        record_event(tx.conn, workflow_id, "started", actor,
+        record_event(tx, workflow_id, "started", actor,
                      details={"subject": f"{subject_type} {subject_id}" if subject_type else None})
-        schedule_step(engine, tx, run, klass, klass.steps[0].name, actor=actor)
-    return Run(engine, workflow_id)
+        first = schedule_step(engine, tx, run, klass, klass.steps[0].name, actor=actor, set_current=False)
+        return Run.from_rows(engine, {**run, "db_now": _now(tx)}, first, klass)
 
 
 # -- a step attempt ----------------------------------------------------------
@@ -343,7 +378,7 @@ class Claim:
     step: Row
     klass: type[Workflow]
     spec: StepSpec
-    outputs: dict[str, Any]
+    outputs: dict[str, Any] | None  # None: read on the step's first output_of()
     signal: ReceivedSignal | None
 
 
@@ -380,17 +415,17 @@ def _received(signal: Row | None) -> ReceivedSignal | None:
 def claim_attempt(engine: Engine, step_id: int, job_id: str | None) -> Claim | None:
     """scheduled -> in_progress for a due step of a ready run; None makes the job a no-op."""
     with engine.db.transaction() as tx:
-        found = tx.conn.execute(
-            "SELECT workflow_id, step_name FROM pgbus_workflow_steps WHERE id = %s", (step_id,)
+        # The run's row lock, the step's name and now(), in one round trip.
+        run = _q(
+            tx.conn,
+            "SELECT w.*, s.step_name AS claim_step, now() AS tx_now FROM pgbus_workflows w"
+            " JOIN pgbus_workflow_steps s ON s.workflow_id = w.workflow_id AND s.id = %s FOR UPDATE OF w",
+            (step_id,),
         ).fetchone()
-        if found is None:
+        if run is None or run["status"] != "ready":
             return None
-        try:
-            run = lock_run(tx.conn, found[0])
-        except WorkflowNotFound:
-            return None
-        if run["status"] != "ready":
-            return None
+        _set_now(tx, run["tx_now"])
+        step_name = run["claim_step"]
         klass = load_class(engine, run["workflow_class"])
         spec: StepSpec | None = None
         problem: Exception | None = None
@@ -398,20 +433,28 @@ def claim_attempt(engine: Engine, step_id: int, job_id: str | None) -> Claim | N
             problem = UnknownWorkflow(run["workflow_class"])
         else:
             try:
-                spec = klass.step_spec(found[1])
+                spec = klass.step_spec(step_name)
             except StepNotDefined as exc:
                 problem = exc
+        # Claim the attempt and mark the run running in one statement.
         step = _q(
             tx.conn,
             """
-            UPDATE pgbus_workflow_steps SET status = 'in_progress', started_at = now(),
-                stall_at = now() + make_interval(secs => %(timeout)s), job_id = COALESCE(%(job)s, job_id),
-                worker = %(worker)s, app_revision = %(rev)s
-            WHERE id = %(id)s AND status = 'scheduled' AND scheduled_at <= now() + interval '1 second'
-            RETURNING *
+            WITH claimed AS (
+                UPDATE pgbus_workflow_steps SET status = 'in_progress', started_at = now(),
+                    stall_at = now() + make_interval(secs => %(timeout)s), job_id = COALESCE(%(job)s, job_id),
+                    worker = %(worker)s, app_revision = %(rev)s
+                WHERE id = %(id)s AND status = 'scheduled' AND scheduled_at <= now() + interval '1 second'
+                RETURNING *
+            ), running AS (
+                UPDATE pgbus_workflows SET status = 'running', updated_at = now()
+                WHERE workflow_id = %(wid)s AND status = 'ready' AND %(runnable)s AND EXISTS (SELECT 1 FROM claimed)
+            )
+            SELECT * FROM claimed
             """,
-            {"id": step_id, "job": job_id, "worker": worker_name(), "rev": engine.settings.app_revision,
-             "timeout": _route(engine, klass, found[1])[2].total_seconds()},
+            {"id": step_id, "wid": run["workflow_id"], "job": job_id, "worker": worker_name(),
+             "rev": engine.settings.app_revision, "runnable": problem is None,
+             "timeout": _route(engine, klass, step_name)[2].total_seconds()},
         ).fetchone()
         if step is None:
             return None
@@ -421,31 +464,23 @@ def claim_attempt(engine: Engine, step_id: int, job_id: str | None) -> Claim | N
             step = move_step(tx.conn, step_id, ["in_progress"], "failed", finished_at=_now(tx), outcome="failed",
                              error_class=error_name(problem), error_message=cap(problem, states.MESSAGE_LIMIT))
             move_run(tx.conn, run["workflow_id"], ["ready"], "paused", paused_at=_now(tx))
-            record_event(tx.conn, run["workflow_id"], "step_failed", "system", step=step,
+            record_event(tx, run["workflow_id"], "step_failed", "system", step=step,
                          details={"error_class": error_name(problem), "error_message": str(problem)})
-            record_event(tx.conn, run["workflow_id"], "paused", "system", reason=str(problem), step=step)
+            record_event(tx, run["workflow_id"], "paused", "system", reason=str(problem), step=step)
             return None
-        run = move_run(tx.conn, run["workflow_id"], ["ready"], "running") or run
-        record_event(tx.conn, run["workflow_id"], "step_started", "system", step=step,
+        run = {**run, "status": "running"}
+        record_event(tx, run["workflow_id"], "step_started", "system", step=step,
                      details={"worker": step["worker"]})
         signal: Row | None = None
         if spec.wait_for and not step["wait_timed_out"]:
             signal, claimed_now = _held_or_claim_signal(tx.conn, step, spec.wait_for)
             if claimed_now:
-                record_event(tx.conn, run["workflow_id"], "signal_claimed", "system", step=step,
+                record_event(tx, run["workflow_id"], "signal_claimed", "system", step=step,
                              details={"signal": spec.wait_for, "signal_id": signal["id"]})  # type: ignore[index]
             if signal is None:
                 park_on_signal(tx, run, step, spec)
                 return None
-        outputs = {
-            row[0]: payload.from_json(row[1])
-            for row in tx.conn.execute(
-                "SELECT step_name, output FROM pgbus_workflow_steps WHERE workflow_id = %s AND status = 'completed'"
-                " ORDER BY attempt, id",
-                (run["workflow_id"],),
-            )
-        }
-        return Claim(run, step, klass, spec, outputs, _received(signal))
+        return Claim(run, step, klass, spec, None, _received(signal))
 
 
 def park_on_signal(tx: Transaction, run: Row, step: Row, spec: StepSpec) -> None:
@@ -458,7 +493,7 @@ def park_on_signal(tx: Transaction, run: Row, step: Row, spec: StepSpec) -> None
         (timeout, step["id"]),
     ).fetchone()
     move_run(tx.conn, run["workflow_id"], ["running"], "waiting")
-    record_event(tx.conn, run["workflow_id"], "step_waiting", "system", step=parked,
+    record_event(tx, run["workflow_id"], "step_waiting", "system", step=parked,
                  details={"signal": spec.wait_for, "timeout_at": parked["timeout_at"] if parked else None})
 
 
@@ -526,22 +561,20 @@ def record_outcome(engine: Engine, claim: Claim, *, result: Any = None, error: B
         except ArgumentsNotSerializable as exc:
             error = exc
     with engine.db.transaction() as tx:
-        run = lock_run(tx.conn, step["workflow_id"])
-        current = _q(tx.conn, "SELECT status FROM pgbus_workflow_steps WHERE id = %s", (step["id"],)).fetchone()
-        if current is None or current["status"] != "in_progress":
-            record_event(tx.conn, run["workflow_id"], "late_completion_ignored", "system", step=step,
-                         details={"status": current["status"] if current else None,
-                                  "outcome": "failed" if error else "completed"})
+        run = lock_run(tx, step["workflow_id"], attempt=step["id"])
+        if run["attempt_status"] != "in_progress":
+            record_event(tx, run["workflow_id"], "late_completion_ignored", "system", step=step,
+                         details={"status": run["attempt_status"], "outcome": "failed" if error else "completed"})
             return
         if isinstance(request, PauseRequested):
             failed = move_step(tx.conn, step["id"], ["in_progress"], "failed", finished_at=_now(tx), outcome="paused",
                                error_message=cap(request.reason, states.MESSAGE_LIMIT))
             move_run(tx.conn, run["workflow_id"], ["running"], "paused", paused_at=_now(tx))
-            record_event(tx.conn, run["workflow_id"], "paused", "system", reason=request.reason, step=failed)
+            record_event(tx, run["workflow_id"], "paused", "system", reason=request.reason, step=failed)
         elif isinstance(request, ReattemptRequested):
             failed = move_step(tx.conn, step["id"], ["in_progress"], "failed", finished_at=_now(tx),
                                outcome="reattempted", error_message="reattempt requested by the step")
-            record_event(tx.conn, run["workflow_id"], "step_reattempted", "system", step=failed,
+            record_event(tx, run["workflow_id"], "step_reattempted", "system", step=failed,
                          details={"wait": request.wait})
             if run["status"] == "running":
                 move_run(tx.conn, run["workflow_id"], ["running"], "ready")
@@ -553,8 +586,9 @@ def record_outcome(engine: Engine, claim: Claim, *, result: Any = None, error: B
         else:
             done = move_step(tx.conn, step["id"], ["in_progress"], "completed", finished_at=_now(tx),
                              outcome="completed", output=Jsonb(output))
-            _consume_signal_of(tx.conn, step)
-            record_event(tx.conn, run["workflow_id"], "step_completed", "system", step=done)
+            if claim.spec.wait_for:
+                _consume_signal_of(tx.conn, step)
+            record_event(tx, run["workflow_id"], "step_completed", "system", step=done)
             if run["status"] == "running":
                 advance(engine, tx, run, claim.klass, step["step_name"], actor="system")
 
@@ -595,27 +629,27 @@ def fail_attempt(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow
     if failed is None:
         return
     details = {"error_class": error.get("error_class"), "error_message": error.get("error_message")}
-    record_event(tx.conn, run["workflow_id"], "step_failed", actor, step=failed, details=details)
+    record_event(tx, run["workflow_id"], "step_failed", actor, step=failed, details=details)
     wid = run["workflow_id"]
     if not active:
         return
     summary = f"{error.get('error_class')}: {error.get('error_message')}"
     if outcome == "reattempted" and spec is not None:
         delay = spec.backoff_seconds(consecutive + 1)
-        record_event(tx.conn, wid, "step_reattempted", actor, step=failed, details={"wait": delay})
+        record_event(tx, wid, "step_reattempted", actor, step=failed, details={"wait": delay})
         move_run(tx.conn, wid, ["running", "waiting"], "ready")
         schedule_step(engine, tx, run, klass, step["step_name"], actor=actor, delay=delay)
     elif policy == "cancel":
         _cancel_open_steps(tx.conn, wid)
         move_run(tx.conn, wid, states.ONGOING, "cancelled", finished_at=_now(tx))
-        record_event(tx.conn, wid, "cancelled", actor, reason=summary, step=failed)
+        record_event(tx, wid, "cancelled", actor, reason=summary, step=failed)
     elif policy == "skip":
         _consume_signal_of(tx.conn, failed)
-        record_event(tx.conn, wid, "step_skipped", actor, reason=summary, step=failed)
+        record_event(tx, wid, "step_skipped", actor, reason=summary, step=failed)
         advance(engine, tx, run, klass, step["step_name"], actor=actor)
     else:
         move_run(tx.conn, wid, ["running", "waiting"], "paused", paused_at=_now(tx))
-        record_event(tx.conn, wid, "paused", actor, reason=summary, step=failed)
+        record_event(tx, wid, "paused", actor, reason=summary, step=failed)
 
 
 # -- fan-out -----------------------------------------------------------------
@@ -644,7 +678,7 @@ def open_batch(engine: Engine, tx: Transaction, run: Row, spec: StepSpec, klass:
     parked = move_step(tx.conn, step["id"], ["in_progress"], "waiting", batch_id=batch["id"],
                        waiting_since=_now(tx))
     move_run(tx.conn, run["workflow_id"], ["running"], "waiting")
-    record_event(tx.conn, run["workflow_id"], "fan_out_opened", "system", step=parked,
+    record_event(tx, run["workflow_id"], "fan_out_opened", "system", step=parked,
                  details={"batch_id": batch["id"], "total": len(args), "func": fan_out.func})
     batch_id = batch["id"]
     tx.after_commit(lambda: engine.send_children(batch_id, queue, children))
@@ -664,7 +698,7 @@ def record_child(engine: Engine, batch_id: int, position: int, *, result: Any = 
         found = tx.conn.execute("SELECT workflow_id FROM pgbus_batches WHERE id = %s", (batch_id,)).fetchone()
         if found is None:
             return False
-        run = lock_run(tx.conn, found[0])
+        run = lock_run(tx, found[0])
         cols = (
             {"result": Jsonb(stored), "error_class": None, "error_message": None}
             if error is None
@@ -696,7 +730,7 @@ def finish_batch(engine: Engine, tx: Transaction, run: Row, batch: Row) -> None:
         return
     wid = run["workflow_id"]
     step = _q(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE id = %s", (batch["step_id"],)).fetchone()
-    record_event(tx.conn, wid, "fan_out_finished", "system", step=step,
+    record_event(tx, wid, "fan_out_finished", "system", step=step,
                  details={"batch_id": batch["id"], "done": batch["done"], "failed": batch["failed"],
                           "total": batch["total"]})
     if step is None or step["status"] != "waiting":
@@ -721,7 +755,7 @@ def finish_batch(engine: Engine, tx: Transaction, run: Row, batch: Row) -> None:
     output = {"done": batch["done"], "failed": batch["failed"], "total": batch["total"], "results": results}
     done = move_step(tx.conn, step["id"], ["waiting"], "completed", finished_at=_now(tx), outcome="completed",
                      output=Jsonb(payload.to_json(output)))
-    record_event(tx.conn, wid, "step_completed", "system", step=done)
+    record_event(tx, wid, "step_completed", "system", step=done)
     if run["status"] == "waiting":
         advance(engine, tx, run, klass, step["step_name"], actor="system")
 
@@ -775,7 +809,7 @@ def send_signal(engine: Engine, workflow_id: Any, name: str, data: Any = None, *
             existing = _q(tx.conn, "SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s"
                           " AND idempotency_key = %s", (workflow_id, idempotency_key)).fetchone()
             return _signal_result(existing, True)
-        record_event(tx.conn, workflow_id, "signal_received", actor, reason=reason,
+        record_event(tx, workflow_id, "signal_received", actor, reason=reason,
                      details={"signal": name, "signal_id": row["id"]})
         if run["status"] == "waiting":
             row = _deliver_to_waiting_step(engine, tx, run, name) or row
@@ -800,7 +834,7 @@ def _deliver_to_waiting_step(engine: Engine, tx: Transaction, run: Row, name: st
     if signal is None:
         return None
     if claimed:
-        record_event(tx.conn, run["workflow_id"], "signal_claimed", "system", step=step,
+        record_event(tx, run["workflow_id"], "signal_claimed", "system", step=step,
                      details={"signal": name, "signal_id": signal["id"]})
     woken = move_step(tx.conn, step["id"], ["waiting"], "scheduled", scheduled_at=_now(tx), enqueued_at=_now(tx),
                       job_id=str(uuid.uuid4()))
@@ -859,7 +893,7 @@ def available_actions(run: Row, latest: Row | None, class_loaded: bool, now: dat
 
 def _check(engine: Engine, tx: Transaction, action: str, workflow_id: Any) -> tuple[Row, Row | None,
                                                                                     type[Workflow] | None]:
-    run = lock_run(tx.conn, workflow_id)
+    run = lock_run(tx, workflow_id)
     latest = latest_step(tx.conn, workflow_id)
     klass = load_class(engine, run["workflow_class"])
     allowed = available_actions(run, latest, klass is not None, _now(tx))
@@ -882,7 +916,7 @@ def pause(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str |
     with engine.db.transaction() as tx:
         _run, latest, _ = _check(engine, tx, "pause", workflow_id)
         move_run(tx.conn, workflow_id, states.ALLOWED_FROM["pause"], "paused", paused_at=_now(tx))
-        record_event(tx.conn, workflow_id, "paused", actor, reason=reason, step=latest)
+        record_event(tx, workflow_id, "paused", actor, reason=reason, step=latest)
 
 
 def resume(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> ResumePlan:
@@ -890,7 +924,7 @@ def resume(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str 
         run, latest, klass = _check(engine, tx, "resume", workflow_id)
         plan = resume_plan(run, latest, klass)
         assert plan is not None and klass is not None
-        record_event(tx.conn, workflow_id, "resumed", actor, reason=reason, step=latest,
+        record_event(tx, workflow_id, "resumed", actor, reason=reason, step=latest,
                      details={"plan": plan.action, "step": plan.step})
         if plan.action == "retry" and latest is not None:
             klass.step_spec(latest["step_name"])
@@ -936,7 +970,7 @@ def resume_at(engine: Engine, workflow_id: Any, step_name: str, *, actor: str = 
         klass.step_spec(step_name)
         _cancel_open_steps(tx.conn, workflow_id)
         move_run(tx.conn, workflow_id, states.ONGOING, "ready", paused_at=None)
-        record_event(tx.conn, workflow_id, "resumed", actor, reason=reason, step=latest,
+        record_event(tx, workflow_id, "resumed", actor, reason=reason, step=latest,
                      details={"plan": "resume_at", "step": step_name})
         schedule_step(engine, tx, run, klass, step_name, actor=actor)
 
@@ -946,7 +980,7 @@ def run_now(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str
         _run, latest, klass = _check(engine, tx, "run_now", workflow_id)
         assert latest is not None
         sent = resend_step(engine, tx, klass, latest, at=_now(tx))
-        record_event(tx.conn, workflow_id, "run_now", actor, reason=reason, step=sent)
+        record_event(tx, workflow_id, "run_now", actor, reason=reason, step=sent)
 
 
 def reschedule(engine: Engine, workflow_id: Any, at: datetime, *, actor: str = "app",
@@ -957,7 +991,7 @@ def reschedule(engine: Engine, workflow_id: Any, at: datetime, *, actor: str = "
         _run, latest, klass = _check(engine, tx, "reschedule", workflow_id)
         assert latest is not None
         sent = resend_step(engine, tx, klass, latest, at=at)
-        record_event(tx.conn, workflow_id, "rescheduled", actor, reason=reason, step=sent,
+        record_event(tx, workflow_id, "rescheduled", actor, reason=reason, step=sent,
                      details={"scheduled_at": at})
 
 
@@ -987,7 +1021,7 @@ def skip(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | 
         assert skipped is not None
         klass.step_spec(name)
         _consume_signal_of(tx.conn, skipped)
-        record_event(tx.conn, workflow_id, "step_skipped", actor, reason=reason, step=skipped)
+        record_event(tx, workflow_id, "step_skipped", actor, reason=reason, step=skipped)
         advance(engine, tx, run, klass, name, actor=actor)
 
 
@@ -1002,7 +1036,7 @@ def rerun(engine: Engine, workflow_id: Any, step_name: str | None = None, *, act
                 moved = move_run(tx.conn, workflow_id, states.TERMINAL, "ready", finished_at=None, paused_at=None)
         except psycopg.errors.UniqueViolation:
             raise SubjectConflict(run["workflow_class"], (run["subject_type"], run["subject_id"])) from None
-        record_event(tx.conn, workflow_id, "rerun", actor, reason=reason, details={"step": name})
+        record_event(tx, workflow_id, "rerun", actor, reason=reason, details={"step": name})
         schedule_step(engine, tx, moved or run, klass, name, actor=actor)
 
 
@@ -1011,4 +1045,4 @@ def cancel(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str 
         _run, latest, _klass = _check(engine, tx, "cancel", workflow_id)
         _cancel_open_steps(tx.conn, workflow_id)
         move_run(tx.conn, workflow_id, states.ONGOING, "cancelled", finished_at=_now(tx))
-        record_event(tx.conn, workflow_id, "cancelled", actor, reason=reason, step=latest)
+        record_event(tx, workflow_id, "cancelled", actor, reason=reason, step=latest)

@@ -77,7 +77,7 @@ def _stalled(engine: Engine, report: SweepReport) -> None:
     for step_id, workflow_id in rows:
         with engine.db.transaction() as tx:
             try:
-                run = runner.lock_run(tx.conn, workflow_id)
+                run = runner.lock_run(tx, workflow_id)
             except WorkflowNotFound:
                 continue
             step = runner._q(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE id = %s AND status = 'in_progress'"
@@ -86,7 +86,7 @@ def _stalled(engine: Engine, report: SweepReport) -> None:
                 continue
             exc = StepStalled(f"attempt {step['attempt']} of {step['step_name']} on {step['worker']} passed its "
                               f"stall deadline {step['stall_at'].isoformat()} without an outcome")
-            runner.record_event(tx.conn, workflow_id, "stall_detected", "system", step=step,
+            runner.record_event(tx, workflow_id, "stall_detected", "system", step=step,
                                 details={"worker": step["worker"], "stall_at": step["stall_at"]})
             klass = runner.load_class(engine, run["workflow_class"])
             runner.fail_attempt(engine, tx, run, klass, step, {"error_class": states.STALLED_ERROR,
@@ -109,7 +109,7 @@ def _overdue(engine: Engine, report: SweepReport) -> None:
     for step_id, workflow_id in rows:
         with engine.db.transaction() as tx:
             try:
-                run = runner.lock_run(tx.conn, workflow_id)
+                run = runner.lock_run(tx, workflow_id)
             except WorkflowNotFound:
                 continue
             if run["status"] != "ready":
@@ -130,7 +130,7 @@ def _expired_waits(engine: Engine, report: SweepReport) -> None:
     for step_id, workflow_id in rows:
         with engine.db.transaction() as tx:
             try:
-                run = runner.lock_run(tx.conn, workflow_id)
+                run = runner.lock_run(tx, workflow_id)
             except WorkflowNotFound:
                 continue
             if run["status"] != "waiting":
@@ -154,12 +154,12 @@ def timed_out(engine: Engine, tx: runner.Transaction, run: runner.Row, step: run
             spec = None
     on_timeout = spec.on_timeout if spec else "fail"
     wid = run["workflow_id"]
-    runner.record_event(tx.conn, wid, "wait_timed_out", "system", step=step,
+    runner.record_event(tx, wid, "wait_timed_out", "system", step=step,
                         details={"on_timeout": on_timeout, "timeout_at": step["timeout_at"]})
     if on_timeout == "skip" and klass is not None:
         skipped = runner.move_step(tx.conn, step["id"], ["waiting"], "skipped", finished_at=runner._now(tx),
                                    outcome="timed_out")
-        runner.record_event(tx.conn, wid, "step_skipped", "system", reason="wait timed out", step=skipped)
+        runner.record_event(tx, wid, "step_skipped", "system", reason="wait timed out", step=skipped)
         runner.advance(engine, tx, run, klass, step["step_name"], actor="system")
     elif on_timeout == "continue" and klass is not None:
         woken = runner.move_step(tx.conn, step["id"], ["waiting"], "scheduled", wait_timed_out=True,

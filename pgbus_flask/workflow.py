@@ -287,7 +287,7 @@ class Workflow:
         subject: tuple[str, str] | None,
         attempt: int,
         step_name: str,
-        outputs: dict[str, Any],
+        outputs: dict[str, Any] | None = None,
         received_signal: ReceivedSignal | None = None,
     ) -> None:
         self.engine = engine
@@ -302,6 +302,11 @@ class Workflow:
 
     def output_of(self, step_name: str) -> Any:
         """The stored output of an earlier completed step of this run."""
+        if self._outputs is None:  # read once, on the first call
+            from .runner import completed_outputs
+
+            with self.engine.db.reading() as conn:
+                self._outputs = completed_outputs(conn, self.workflow_id)
         if step_name not in self._outputs:
             type(self).step_spec(step_name)  # StepNotDefined for a name the class lacks
             raise KeyError(f"step {step_name!r} has no completed output in run {self.workflow_id}")
