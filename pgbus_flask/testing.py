@@ -93,8 +93,16 @@ def fresh_database(url: str, name: str) -> str:
 
 
 def truncate(conn: psycopg.Connection[Any]) -> None:
-    """Empty every pgbus table (keeps the schema)."""
+    """Empty every pgbus table and restart its ids (keeps the schema)."""
     conn.execute("TRUNCATE " + ", ".join(TABLES) + " RESTART IDENTITY CASCADE")
+
+
+def empty(conn: psycopg.Connection[Any]) -> None:
+    """Delete every row of the pgbus tables in one transaction: for the few rows a test
+    writes, much cheaper than TRUNCATE (which rewrites every table and index)."""
+    with conn.transaction():
+        for table in TABLES:
+            conn.execute(f"DELETE FROM {table}")
 
 
 def wait_until(condition: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05,

