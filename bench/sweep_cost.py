@@ -6,7 +6,7 @@
 For each size the script seeds, with ``INSERT ... SELECT generate_series``, N
 ongoing runs none of which the sweep must touch:
 
-* 40% waiting on a signal with no deadline (1 in 10 of them parked on an open
+* 40% waiting on a signal with no deadline (1 in 40 of them parked on an open
   fan-out batch of 10 children sent just now),
 * 30% ready with their step scheduled a day ahead,
 * 20% paused on a failed step (a third of them on StepStalled),
@@ -18,9 +18,14 @@ times ``pgbus_flask.sweep.sweep(engine)`` (median of ``--repeat``) and each of
 its parts, prints the EXPLAIN (ANALYZE, BUFFERS) plan of every statement the
 sweep sends (captured while it runs), and times the dashboard reads of
 ``pgbus_flask.queries`` (status counts, stuck reason counts, attention groups,
-the ids of one group, a runs page filtered by reason) with the plan of each
-that is slow. The two sizes are printed side by side. Its databases are dropped
-at the end. Timings are printed, never asserted.
+the ids of one group, a runs page filtered by reason; the stuck counts and
+groups again with a 5-minute waiting threshold, so that every waiting run
+without a batch is overdue) with the plan of each stuck read and of any slow
+read. It also times the stuck-reason query as it was before migration 0002
+(one latest-step probe per ongoing run), as a reference, and checks that
+``queries.stuck_reason_counts`` gives the same counts. The two sizes are
+printed side by side. Its databases are dropped at the end. Timings are
+printed, never asserted.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, create_database, drop_database, ms
 
@@ -58,7 +64,7 @@ SELECT md5('done' || i)::uuid, 'FiveNoop', 'finished', 's5', 'bench', 'bench',
        now() - interval '2 days', now() - interval '1 day', now() - interval '1 day'
 FROM generate_series(1, %(n)s / 2) i;
 
--- Fan-out: one waiting run in ten parks on an open batch of 10 children sent just now.
+-- Fan-out: one run in a hundred (1 in 40 waiting runs) parks on an open batch of 10 children sent just now.
 INSERT INTO pgbus_batches (workflow_id, step_id, step_name, func, queue, on_child_failure, status, total)
 SELECT md5('run' || i)::uuid, 0, 's3', 'tests.workflows.vendor_child', 'pgbus', 'fail', 'open', 10
 FROM generate_series(1, %(n)s) i WHERE i % 100 = 0;
@@ -110,30 +116,29 @@ SELECT workflow_id, 'started', 'bench' FROM pgbus_workflows;
 """
 
 
-# The rewrite suggested in docs/benchmarks.md for queries._stuck_sql: one branch per stuck reason,
-# each driven by an index, so the cost follows the stuck runs instead of every ongoing run.
-STUCK_PROTOTYPE = """
+# The stuck-reason counts as pgbus_flask.queries computed them before migration 0002 (one lateral
+# latest-step probe for every paused, ready and waiting run, then a filter), kept only as a reference:
+# the bench checks that queries.stuck_reason_counts gives the same answer, and times both side by side.
+REFERENCE_STUCK_COUNTS = """
 SELECT workflow_class, reason, count(*) FROM (
-  SELECT w.workflow_class,
-         CASE WHEN s.status = 'failed' AND s.error_class = 'pgbus_flask.errors.StepStalled' THEN 'stalled'
-              WHEN s.status = 'failed' AND s.error_class IS NOT NULL THEN 'paused_error'
-              ELSE 'paused_manual' END AS reason
+  SELECT w.workflow_class, CASE
+      WHEN w.status = 'paused' AND s.status = 'failed' AND s.error_class = 'pgbus_flask.errors.StepStalled'
+          THEN 'stalled'
+      WHEN w.status = 'paused' AND s.status = 'failed' AND s.error_class IS NOT NULL THEN 'paused_error'
+      WHEN w.status = 'paused' THEN 'paused_manual'
+      WHEN w.status = 'ready' AND s.status = 'scheduled' AND s.scheduled_at < %(overdue)s THEN 'overdue'
+      WHEN %(waiting)s AND w.status = 'waiting' AND s.status = 'waiting' AND s.timeout_at IS NULL
+           AND s.batch_id IS NULL AND s.waiting_since < %(waiting_cutoff)s THEN 'waiting_overdue'
+    END AS reason
   FROM pgbus_workflows w
-  LEFT JOIN LATERAL (SELECT status, error_class FROM pgbus_workflow_steps WHERE workflow_id = w.workflow_id
-                     ORDER BY id DESC LIMIT 1) s ON TRUE
-  WHERE w.status = 'paused'
-  UNION ALL
-  SELECT w.workflow_class, 'overdue' FROM pgbus_workflow_steps s
-  JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'ready'
-  WHERE s.status = 'scheduled' AND s.scheduled_at < %(overdue)s
-  UNION ALL
-  SELECT w.workflow_class, 'waiting_overdue' FROM pgbus_workflow_steps s
-  JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'waiting'
-  WHERE s.status = 'waiting' AND s.timeout_at IS NULL AND s.batch_id IS NULL AND s.waiting_since < %(waiting_cutoff)s
-) x GROUP BY 1, 2
+  LEFT JOIN LATERAL (SELECT status, error_class, scheduled_at, timeout_at, waiting_since, batch_id
+                     FROM pgbus_workflow_steps WHERE workflow_id = w.workflow_id ORDER BY id DESC LIMIT 1) s ON TRUE
+  WHERE w.status IN ('paused', 'ready', 'waiting')
+) x WHERE reason IS NOT NULL GROUP BY 1, 2
 """
-PROTOTYPE_INDEX = ("CREATE INDEX bench_steps_waiting_no_deadline ON pgbus_workflow_steps (waiting_since)"
-                   " WHERE status = 'waiting' AND timeout_at IS NULL AND batch_id IS NULL")
+# Dashboard reads whose plan is always printed (for the sizes --plans shows), slow or not.
+PLANNED = ("stuck_reason_counts", "attention_groups", "attention_ids(biggest group)", "list_runs(reason=paused_error)",
+           "stuck_reason_counts, every waiting run overdue")
 
 
 def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
@@ -148,26 +153,35 @@ def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
 
 
 def capture_statements(fn: Callable[[], Any]) -> list[tuple[str, Any]]:
-    """Every (query, params) that ``fn`` sends through ``Connection.execute``."""
+    """Every (query, params) that ``fn`` sends through ``Cursor.execute`` (``Connection.execute`` goes
+    through it too), composed queries rendered as the SQL text sent."""
     seen: list[tuple[str, Any]] = []
-    real = psycopg.Connection.execute
+    real = psycopg.Cursor.execute
 
     def execute(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
-        text = query.decode() if isinstance(query, bytes) else query if isinstance(query, str) else str(query)
+        if isinstance(query, bytes):
+            text = query.decode()
+        elif isinstance(query, sql.Composable):
+            text = query.as_string(self.connection)
+        else:
+            text = str(query)
         seen.append((text, params))
         return real(self, query, params, **kw)
 
-    psycopg.Connection.execute = execute  # type: ignore[method-assign]
+    psycopg.Cursor.execute = execute  # type: ignore[method-assign]
     try:
         fn()
     finally:
-        psycopg.Connection.execute = real  # type: ignore[method-assign]
+        psycopg.Cursor.execute = real  # type: ignore[method-assign]
     return seen
 
 
-def explain(url: str, query: str, params: Any) -> str:
-    """EXPLAIN (ANALYZE, BUFFERS) of one statement, inside a transaction that is rolled back."""
+def explain(url: str, query: str, params: Any, settings: list[str] | None = None) -> str:
+    """EXPLAIN (ANALYZE, BUFFERS) of one statement, inside a transaction that is rolled back, after the
+    ``SET LOCAL`` statements the read sent before it (queries.py turns JIT off for the stuck reads)."""
     with psycopg.connect(url) as conn:
+        for setting in settings or []:
+            conn.execute(setting.encode())
         rows = conn.execute(("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + query).encode(), params).fetchall()
         conn.rollback()
     return "\n".join("    " + r[0] for r in rows)
@@ -185,6 +199,7 @@ def seed(server_url: str, n: int) -> str:
             "SELECT (SELECT count(*) FROM pgbus_workflows), (SELECT count(*) FROM pgbus_workflow_steps),"
             " (SELECT count(*) FROM pgbus_batch_children), pg_size_pretty(pg_database_size(current_database()))"
         ).fetchone()
+        assert counts is not None
     print(f"  seeded {n:,} ongoing runs (+{n // 2:,} finished): {counts[0]:,} runs, {counts[1]:,} step rows,"
           f" {counts[2]:,} fan-out children, database {counts[3]}, in {time.perf_counter() - t:.1f} s", flush=True)
     return url
@@ -197,11 +212,12 @@ def measure(args: argparse.Namespace, n: int) -> dict[str, Any]:
 
     print(f"\n== {n:,} ongoing runs ==", flush=True)
     out: dict[str, Any] = {}
-    engine = None
+    engines: list[Engine] = []
     try:
         url = seed(args.server_url, n)
         engine = Engine(Settings.load({"PGBUS_DATABASE_URL": url, "PGBUS_REDIS_URL": args.redis_url,
                                        "PGBUS_WAITING_THRESHOLD": 86400}))
+        engines.append(engine)
         engine.db.pool.wait()
         out["sweep"], report = timed(lambda: sweep.sweep(engine), args.repeat)
         out["report"] = report
@@ -214,7 +230,11 @@ def measure(args: argparse.Namespace, n: int) -> dict[str, Any]:
                 continue
             out["plans"].append((query, explain(url, query, params)))
 
-        group = None
+        # Every waiting run without a batch is overdue when the waiting threshold is 5 minutes (they have
+        # waited 10): the waiting_overdue branch then returns 39% of the ongoing runs.
+        overdue_engine = Engine(Settings.load({"PGBUS_DATABASE_URL": url, "PGBUS_REDIS_URL": args.redis_url,
+                                               "PGBUS_WAITING_THRESHOLD": 300}))
+        engines.append(overdue_engine)
         reads: dict[str, Callable[[], Any]] = {
             "status_counts": lambda: queries.status_counts(engine),
             "stuck_reason_counts": lambda: queries.stuck_reason_counts(engine),
@@ -229,32 +249,38 @@ def measure(args: argparse.Namespace, n: int) -> dict[str, Any]:
         reads["list_runs(first page)"] = lambda: queries.list_runs(engine, queries.RunFilter())
         reads["list_runs(reason=paused_error)"] = lambda: queries.list_runs(
             engine, queries.RunFilter(reason="paused_error"))
+        reads["stuck_reason_counts, every waiting run overdue"] = lambda: queries.stuck_reason_counts(overdue_engine)
+        reads["attention_groups, every waiting run overdue"] = lambda: queries.attention_groups(overdue_engine)
         out["reads"] = {}
         out["read_plans"] = {}
         for name, fn in reads.items():
             seconds, _ = timed(fn, args.repeat)
             out["reads"][name] = seconds
-            if seconds > SLOW:
+            if seconds > SLOW or name in PLANNED:
                 sent = [s for s in capture_statements(fn) if "now()" not in s[0] or "FROM" in s[0]]
                 query, params = max(sent, key=lambda s: len(s[0]))
-                out["read_plans"][name] = explain(url, query, params)
+                settings = [s[0] for s in sent if s[0].startswith("SET LOCAL")]
+                out["read_plans"][name] = explain(url, query, params, settings)
         out["groups"] = len(groups)
 
-        # Last (it adds an index): the suggested rewrite of the stuck-reason query, same answer?
-        params, _ = queries._params(engine, None, None)
+        # The pre-0002 query as a reference: same counts as queries.stuck_reason_counts, and its time.
+        out["reference"] = {}
+        out["reference_same"] = {}
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(PROTOTYPE_INDEX)
-            conn.execute("ANALYZE pgbus_workflow_steps")
+            for label, eng in (("stuck_reason_counts", engine),
+                               ("stuck_reason_counts, every waiting run overdue", overdue_engine)):
+                params, waiting = queries._params(eng, None, None)
+                params["waiting"] = waiting
 
-            def prototype() -> dict[tuple[str, str], int]:
-                rows = conn.execute(STUCK_PROTOTYPE.encode(), params).fetchall()
-                return {(r[0], r[1]): r[2] for r in rows}
+                def reference(p: dict[str, Any] = params) -> dict[tuple[str, str], int]:
+                    rows = conn.execute(REFERENCE_STUCK_COUNTS.encode(), p).fetchall()
+                    return {(r[0], r[1]): r[2] for r in rows}
 
-            out["prototype"], answer = timed(prototype, args.repeat)
-            out["prototype_same"] = answer == queries.stuck_reason_counts(engine)
+                out["reference"][label], answer = timed(reference, args.repeat)
+                out["reference_same"][label] = answer == queries.stuck_reason_counts(eng)
     finally:
-        if engine is not None:
-            engine.close()
+        for eng in engines:
+            eng.close()
         if not args.keep:
             drop_database(args.server_url, f"{DB_PREFIX}_{n}")
     return out
@@ -281,13 +307,15 @@ def main(argv: list[str] | None = None) -> int:
         label = "whole sweep(engine)" if key == "sweep" else f"  part {key.lstrip('_')}"
         print(f"{label:<34}" + "".join(f"{ms(results[n][key]):>16}" for n in sizes))
     print(f"{'  rows it acted on':<34}" + "".join(f"{results[n]['report'].total():>16}" for n in sizes))
-    print("\n" + f"{'dashboard reads (queries.py)':<34}" + "".join(f"{x:>16}" for x in names))
+    print("\n" + f"{'dashboard reads (queries.py)':<48}" + "".join(f"{x:>16}" for x in names))
     for name in results[sizes[0]]["reads"]:
-        print(f"{name:<34}" + "".join(f"{ms(results[n]['reads'].get(name, float('nan'))):>16}" for n in sizes))
+        print(f"{name:<48}" + "".join(f"{ms(results[n]['reads'].get(name, float('nan'))):>16}" for n in sizes))
 
-    print(f"{'stuck_reason_counts, UNION ALL rewrite':<34}"
-          + "".join(f"{ms(results[n]['prototype']):>16}" for n in sizes)
-          + "   (same counts: " + ", ".join(str(results[n]["prototype_same"]) for n in sizes) + ")")
+    print("\n" + f"{'pre-0002 stuck query (reference)':<48}" + "".join(f"{x:>16}" for x in names))
+    for label in results[sizes[0]]["reference"]:
+        print(f"{label:<48}" + "".join(f"{ms(results[n]['reference'][label]):>16}" for n in sizes)
+              + "   (same counts as queries.stuck_reason_counts: "
+              + ", ".join(str(results[n]["reference_same"][label]) for n in sizes) + ")")
 
     shown = sizes if args.plans == "all" else sizes[-1:] if args.plans == "largest" else []
     for n in shown:
@@ -297,8 +325,9 @@ def main(argv: list[str] | None = None) -> int:
             print(plan)
     for n in sizes:
         for name, plan in results[n]["read_plans"].items():
-            print(f"\n-- slow dashboard read at {n:,} runs: {name} (median {ms(results[n]['reads'][name])}) --")
-            print(plan)
+            if n in shown or results[n]["reads"][name] > SLOW:
+                print(f"\n-- dashboard read at {n:,} runs: {name} (median {ms(results[n]['reads'][name])}) --")
+                print(plan)
     return 0
 
 

@@ -185,11 +185,13 @@ def _lost_children(engine: Engine, report: SweepReport) -> None:
     threshold = engine.settings.stall_threshold.total_seconds()
     rows = _ids(
         engine,
-        "SELECT c.batch_id, c.position, c.job_id, b.queue FROM pgbus_batches b"
+        # Starts from pgbus_batch_children_pending_enqueued (pending children sent before the cutoff, or
+        # never sent), so the cost follows the late children rather than every child row.
+        "SELECT c.batch_id, c.position, c.job_id, b.queue FROM pgbus_batch_children c"
+        " JOIN pgbus_batches b ON b.id = c.batch_id AND b.status = 'open'"
         " JOIN pgbus_workflow_steps s ON s.id = b.step_id AND s.status = 'waiting'"
-        " JOIN pgbus_batch_children c ON c.batch_id = b.id AND c.status = 'pending'"
-        " WHERE b.status = 'open' AND (c.enqueued_at IS NULL OR c.enqueued_at < now() - make_interval(secs => %s))"
-        " ORDER BY b.id, c.position LIMIT %s",
+        " WHERE c.status = 'pending' AND (c.enqueued_at IS NULL OR c.enqueued_at < now() - make_interval(secs => %s))"
+        " ORDER BY c.batch_id, c.position LIMIT %s",
         (threshold, BATCH),
     )
     resend: dict[tuple[int, str], list[tuple[int, str]]] = {}

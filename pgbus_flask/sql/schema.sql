@@ -66,6 +66,8 @@ CREATE INDEX pgbus_workflow_steps_scheduled
     ON pgbus_workflow_steps (scheduled_at) WHERE status = 'scheduled';
 CREATE INDEX pgbus_workflow_steps_wait_deadline
     ON pgbus_workflow_steps (timeout_at) WHERE status = 'waiting' AND timeout_at IS NOT NULL;
+CREATE INDEX pgbus_workflow_steps_waiting_no_deadline
+    ON pgbus_workflow_steps (waiting_since) WHERE status = 'waiting' AND timeout_at IS NULL AND batch_id IS NULL;
 
 -- The audit trail: append-only, removed with its run.
 CREATE TABLE pgbus_workflow_events (
@@ -138,3 +140,5 @@ CREATE TABLE pgbus_batch_children (
 );
 CREATE INDEX pgbus_batch_children_pending
     ON pgbus_batch_children (batch_id) WHERE status = 'pending';
+CREATE INDEX pgbus_batch_children_pending_enqueued
+    ON pgbus_batch_children (enqueued_at) WHERE status = 'pending';
