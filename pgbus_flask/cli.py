@@ -40,7 +40,17 @@ def _json(value: Any) -> str:
     return json.dumps(payload.to_json(value), indent=2, default=str, ensure_ascii=False)
 
 
-@click.group("pgbus", help="pgbus-flask workflows: schema, sweep, runs and the verbs on them.")
+class _PgbusGroup(click.Group):
+    """Every pgbus error (bad input, PostgreSQL down, schema missing) ends as a one-line message."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except PgbusError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group("pgbus", cls=_PgbusGroup, help="pgbus-flask workflows: schema, sweep, runs and the verbs on them.")
 def pgbus_cli() -> None:
     pass
 

@@ -21,7 +21,7 @@ from psycopg import pq
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .errors import DatabaseUnavailable, PgbusError
+from .errors import DatabaseUnavailable, PgbusError, SchemaMissing
 
 log = logging.getLogger("pgbus_flask")
 
@@ -123,7 +123,8 @@ class Database:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled autocommit connection; PostgreSQL errors of reach become DatabaseUnavailable."""
+        """A pooled autocommit connection. The boundary where psycopg's errors of reach and
+        schema become the library's: DatabaseUnavailable and SchemaMissing."""
         try:
             with self.pool.connection() as conn:
                 yield conn
@@ -131,6 +132,8 @@ class Database:
             raise DatabaseUnavailable(f"PostgreSQL is unreachable: {exc}") from exc
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailable(f"PostgreSQL is unreachable: {exc}") from exc
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
+            raise SchemaMissing(str(exc).splitlines()[0]) from exc
 
     @contextmanager
     def reading(self) -> Iterator[psycopg.Connection[Any]]:
@@ -187,6 +190,8 @@ class Database:
             with conn.transaction():
                 yield tx
                 tx._flush()
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
+            raise SchemaMissing(str(exc).splitlines()[0]) from exc
         finally:
             _current.reset(token)
         for callback in tx._callbacks:

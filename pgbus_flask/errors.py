@@ -21,6 +21,16 @@ class DatabaseUnavailable(PgbusError):
     """PostgreSQL could not be reached."""
 
 
+class SchemaMissing(PgbusError):
+    """The database has no pgbus tables yet (or an older schema)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            f"the pgbus tables are missing or out of date in this database ({detail}): "
+            "run `flask pgbus migrate` (or bus.migrate())"
+        )
+
+
 class QueueUnavailable(PgbusError):
     """Redis could not be reached."""
 

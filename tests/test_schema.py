@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 import psycopg
+import pytest
 from click.testing import Result
 from flask import Flask
 
@@ -84,6 +85,29 @@ def test_flask_pgbus_migrate_twice(server_url: str, redis_url: str) -> None:
         assert second.exit_code == 0, second.output
         assert "schema is up to date" in second.output
         assert catalog(url) == before
+    finally:
+        app.extensions["pgbus"].close()
+        engine_module._default = None
+
+
+def test_an_unmigrated_database_gets_a_clear_error_everywhere(server_url: str, redis_url: str) -> None:
+    from pgbus_flask import PgBus, SchemaMissing
+    from pgbus_flask import engine as engine_module
+
+    from .workflows import ThreeSteps
+
+    url = fresh_database(server_url, "pgbus_schema_missing")
+    app = Flask("unmigrated")
+    app.config.update(PGBUS_DATABASE_URL=url, PGBUS_REDIS_URL=redis_url, TESTING=True)
+    PgBus(app)
+    try:
+        with app.app_context(), pytest.raises(SchemaMissing, match="run `flask pgbus migrate`"):
+            ThreeSteps.start(order_id=1)
+        result = app.test_cli_runner().invoke(args=["pgbus", "runs"])
+        assert result.exit_code == 1 and "flask pgbus migrate" in result.output
+        page = app.test_client().get("/pgbus/?locale=de")
+        assert page.status_code == 503
+        assert "Die pgbus-Tabellen fehlen" in page.get_data(as_text=True)
     finally:
         app.extensions["pgbus"].close()
         engine_module._default = None

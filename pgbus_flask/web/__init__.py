@@ -21,7 +21,7 @@ from werkzeug.wrappers import Response
 
 from .. import states
 from ..engine import Engine
-from ..errors import DatabaseUnavailable, PgbusError, WorkflowNotFound
+from ..errors import DatabaseUnavailable, PgbusError, SchemaMissing, WorkflowNotFound
 from . import api, helpers, i18n, security, views
 
 log = logging.getLogger("pgbus_flask.web")
@@ -93,6 +93,13 @@ def make_blueprint(engine: Engine) -> Blueprint:
         return _error_page(503, i18n.gettext("PostgreSQL is unreachable"), i18n.gettext(
             "The dashboard cannot reach PostgreSQL right now, so it cannot show or change any run. Nothing was "
             "changed. Check the database server and PGBUS_DATABASE_URL, then reload this page."))
+
+    @bp.errorhandler(SchemaMissing)
+    def _schema_missing(exc: SchemaMissing) -> Any:
+        log.error("pgbus dashboard: %s", exc)
+        return _error_page(503, i18n.gettext("The pgbus tables are missing"), i18n.gettext(
+            "This database has no pgbus tables yet, or an older version of them. Run flask pgbus migrate, "
+            "then reload this page. Nothing was changed."))
 
     @bp.errorhandler(PgbusError)
     def _bad_input(exc: PgbusError) -> Any:
