@@ -986,7 +986,7 @@ def run_now(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str
 def reschedule(engine: Engine, workflow_id: Any, at: datetime, *, actor: str = "app",
                reason: str | None = None) -> None:
     if not isinstance(at, datetime) or at.tzinfo is None:
-        raise PgbusError(f"reschedule needs a timezone-aware datetime, got {at!r}")
+        raise PgbusError(f"reschedule needs a datetime with a timezone (such as 2030-01-01T09:00+00:00), got {at!r}")
     with engine.db.transaction() as tx:
         _run, latest, klass = _check(engine, tx, "reschedule", workflow_id)
         assert latest is not None
