@@ -29,6 +29,37 @@ DELETE_BATCH = 500
 DELETE_ROUNDS = 20
 
 
+#: The statement each part starts from, each driven by a partial index (tests/test_sweep_plans.py
+#: checks the plans): its cost follows what it finds, not the size of the tables.
+FIND_SQL = {
+    # pgbus_workflow_steps_in_progress
+    "stalled": "SELECT id, workflow_id FROM pgbus_workflow_steps WHERE status = 'in_progress'"
+               " AND stall_at < now() ORDER BY stall_at LIMIT %s",
+    # pgbus_workflow_steps_scheduled
+    "overdue": "SELECT s.id, s.workflow_id FROM pgbus_workflow_steps s"
+               " JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'ready'"
+               " WHERE s.status = 'scheduled' AND s.scheduled_at < now() - make_interval(secs => %s)"
+               " AND (s.enqueued_at IS NULL OR s.enqueued_at < now() - make_interval(secs => %s))"
+               " ORDER BY s.scheduled_at LIMIT %s",
+    # pgbus_workflow_steps_wait_deadline
+    "expired_waits": "SELECT s.id, s.workflow_id FROM pgbus_workflow_steps s"
+                     " JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'waiting'"
+                     " WHERE s.status = 'waiting' AND s.timeout_at IS NOT NULL AND s.timeout_at < now()"
+                     " ORDER BY s.timeout_at LIMIT %s",
+    # pgbus_batch_children_pending_enqueued: pending children sent before the cutoff, or never sent
+    "lost_children": "SELECT c.batch_id, c.position, c.job_id, b.queue FROM pgbus_batch_children c"
+                     " JOIN pgbus_batches b ON b.id = c.batch_id AND b.status = 'open'"
+                     " JOIN pgbus_workflow_steps s ON s.id = b.step_id AND s.status = 'waiting'"
+                     " WHERE c.status = 'pending'"
+                     " AND (c.enqueued_at IS NULL OR c.enqueued_at < now() - make_interval(secs => %s))"
+                     " ORDER BY c.batch_id, c.position LIMIT %s",
+    # pgbus_workflows_terminal_updated
+    "retention": "DELETE FROM pgbus_workflows WHERE id IN (SELECT id FROM pgbus_workflows"
+                 " WHERE status IN ('finished', 'cancelled') AND updated_at < now() - make_interval(secs => %s)"
+                 " ORDER BY updated_at LIMIT %s)",
+}
+
+
 @dataclass
 class SweepReport:
     """What one sweep did (``ran`` is False when another sweeper held the lock)."""
@@ -72,8 +103,7 @@ def _ids(engine: Engine, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[A
 
 
 def _stalled(engine: Engine, report: SweepReport) -> None:
-    rows = _ids(engine, "SELECT id, workflow_id FROM pgbus_workflow_steps WHERE status = 'in_progress'"
-                        " AND stall_at < now() ORDER BY stall_at LIMIT %s", (BATCH,))
+    rows = _ids(engine, FIND_SQL["stalled"], (BATCH,))
     for step_id, workflow_id in rows:
         with engine.db.transaction() as tx:
             try:
@@ -97,15 +127,7 @@ def _stalled(engine: Engine, report: SweepReport) -> None:
 
 def _overdue(engine: Engine, report: SweepReport) -> None:
     threshold = engine.settings.stall_threshold.total_seconds()
-    rows = _ids(
-        engine,
-        "SELECT s.id, s.workflow_id FROM pgbus_workflow_steps s"
-        " JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'ready'"
-        " WHERE s.status = 'scheduled' AND s.scheduled_at < now() - make_interval(secs => %s)"
-        " AND (s.enqueued_at IS NULL OR s.enqueued_at < now() - make_interval(secs => %s))"
-        " ORDER BY s.scheduled_at LIMIT %s",
-        (threshold, threshold, BATCH),
-    )
+    rows = _ids(engine, FIND_SQL["overdue"], (threshold, threshold, BATCH))
     for step_id, workflow_id in rows:
         with engine.db.transaction() as tx:
             try:
@@ -123,10 +145,7 @@ def _overdue(engine: Engine, report: SweepReport) -> None:
 
 
 def _expired_waits(engine: Engine, report: SweepReport) -> None:
-    rows = _ids(engine, "SELECT s.id, s.workflow_id FROM pgbus_workflow_steps s"
-                        " JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'waiting'"
-                        " WHERE s.status = 'waiting' AND s.timeout_at IS NOT NULL AND s.timeout_at < now()"
-                        " ORDER BY s.timeout_at LIMIT %s", (BATCH,))
+    rows = _ids(engine, FIND_SQL["expired_waits"], (BATCH,))
     for step_id, workflow_id in rows:
         with engine.db.transaction() as tx:
             try:
@@ -183,17 +202,7 @@ def _lost_children(engine: Engine, report: SweepReport) -> None:
     from rq.job import Job, JobStatus
 
     threshold = engine.settings.stall_threshold.total_seconds()
-    rows = _ids(
-        engine,
-        # Starts from pgbus_batch_children_pending_enqueued (pending children sent before the cutoff, or
-        # never sent), so the cost follows the late children rather than every child row.
-        "SELECT c.batch_id, c.position, c.job_id, b.queue FROM pgbus_batch_children c"
-        " JOIN pgbus_batches b ON b.id = c.batch_id AND b.status = 'open'"
-        " JOIN pgbus_workflow_steps s ON s.id = b.step_id AND s.status = 'waiting'"
-        " WHERE c.status = 'pending' AND (c.enqueued_at IS NULL OR c.enqueued_at < now() - make_interval(secs => %s))"
-        " ORDER BY c.batch_id, c.position LIMIT %s",
-        (threshold, BATCH),
-    )
+    rows = _ids(engine, FIND_SQL["lost_children"], (threshold, BATCH))
     resend: dict[tuple[int, str], list[tuple[int, str]]] = {}
     for batch_id, position, job_id, queue in rows:
         try:
@@ -230,12 +239,7 @@ def _retention(engine: Engine, report: SweepReport) -> None:
         return
     for _ in range(DELETE_ROUNDS):
         with engine.db.connection() as conn:
-            deleted = conn.execute(
-                "DELETE FROM pgbus_workflows WHERE id IN (SELECT id FROM pgbus_workflows"
-                " WHERE status IN ('finished', 'cancelled') AND updated_at < now() - make_interval(secs => %s)"
-                " ORDER BY updated_at LIMIT %s)",
-                (retention.total_seconds(), DELETE_BATCH),
-            ).rowcount
+            deleted = conn.execute(FIND_SQL["retention"], (retention.total_seconds(), DELETE_BATCH)).rowcount
         report.deleted_runs += deleted
         if deleted < DELETE_BATCH:
             return
