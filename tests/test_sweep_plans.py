@@ -28,7 +28,7 @@ SELECT md5('run' || i)::uuid, 'Seeded', 'only', 1,
 FROM generate_series(1, 20000) AS i;
 INSERT INTO pgbus_batches (workflow_id, step_id, step_name, func, queue, on_child_failure, status, total, done)
 SELECT workflow_id, id, step_name, 'x.y', 'pgbus', 'fail', 'finished', 10, 10 FROM pgbus_workflow_steps
-WHERE status = 'completed' AND id % 10 = 0;
+WHERE status = 'completed' ORDER BY id LIMIT 500;
 INSERT INTO pgbus_batch_children (batch_id, position, args, status, job_id, enqueued_at)
 SELECT b.id, p, '[]', 'done', 'job', now() FROM pgbus_batches b, generate_series(0, 9) AS p;
 ANALYZE pgbus_workflows; ANALYZE pgbus_workflow_steps; ANALYZE pgbus_batches; ANALYZE pgbus_batch_children;
@@ -65,6 +65,9 @@ def test_each_sweep_part_starts_from_its_partial_index(engine: Engine, part: str
         conn.execute(SEED)
         row = conn.execute(("EXPLAIN (FORMAT JSON) " + FIND_SQL[part]).encode(), PARAMS[part]).fetchone()
     assert row is not None
+    with engine.db.connection() as conn:
+        children = conn.execute("SELECT count(*) FROM pgbus_batch_children").fetchone()
+    assert children is not None and children[0] == 5000  # the seed does not depend on earlier tests' ids
     plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
     steps = nodes(plan[0]["Plan"])
     used = {n.get("Index Name") for n in steps}
