@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -67,15 +69,25 @@ def test_migrate_twice_and_concurrently(server_url: str) -> None:
     assert catalog(url) == before
 
 
-def test_flask_pgbus_migrate_twice(server_url: str, redis_url: str) -> None:
-    url = fresh_database(server_url, "pgbus_schema_cli")
-    app = Flask("migrate_cli")
-    app.config.update(PGBUS_DATABASE_URL=url, PGBUS_REDIS_URL=redis_url, TESTING=True)
+@contextmanager
+def app_on_new_database(server_url: str, redis_url: str, name: str) -> Iterator[tuple[Flask, str]]:
+    """A testing app with PgBus on a fresh, unmigrated database."""
     from pgbus_flask import PgBus
     from pgbus_flask import engine as engine_module
 
+    url = fresh_database(server_url, name)
+    app = Flask(name)
+    app.config.update(PGBUS_DATABASE_URL=url, PGBUS_REDIS_URL=redis_url, TESTING=True)
     PgBus(app)
     try:
+        yield app, url
+    finally:
+        app.extensions["pgbus"].close()
+        engine_module._default = None
+
+
+def test_flask_pgbus_migrate_twice(server_url: str, redis_url: str) -> None:
+    with app_on_new_database(server_url, redis_url, "pgbus_schema_cli") as (app, url):
         runner = app.test_cli_runner()
         first: Result = runner.invoke(args=["pgbus", "migrate"])
         assert first.exit_code == 0, first.output
@@ -85,22 +97,14 @@ def test_flask_pgbus_migrate_twice(server_url: str, redis_url: str) -> None:
         assert second.exit_code == 0, second.output
         assert "schema is up to date" in second.output
         assert catalog(url) == before
-    finally:
-        app.extensions["pgbus"].close()
-        engine_module._default = None
 
 
 def test_an_unmigrated_database_gets_a_clear_error_everywhere(server_url: str, redis_url: str) -> None:
-    from pgbus_flask import PgBus, SchemaMissing
-    from pgbus_flask import engine as engine_module
+    from pgbus_flask import SchemaMissing
 
     from .workflows import ThreeSteps
 
-    url = fresh_database(server_url, "pgbus_schema_missing")
-    app = Flask("unmigrated")
-    app.config.update(PGBUS_DATABASE_URL=url, PGBUS_REDIS_URL=redis_url, TESTING=True)
-    PgBus(app)
-    try:
+    with app_on_new_database(server_url, redis_url, "pgbus_schema_missing") as (app, _url):
         with app.app_context(), pytest.raises(SchemaMissing, match="run `flask pgbus migrate`"):
             ThreeSteps.start(order_id=1)
         result = app.test_cli_runner().invoke(args=["pgbus", "runs"])
@@ -108,6 +112,3 @@ def test_an_unmigrated_database_gets_a_clear_error_everywhere(server_url: str, r
         page = app.test_client().get("/pgbus/?locale=de")
         assert page.status_code == 503
         assert "Die pgbus-Tabellen fehlen" in page.get_data(as_text=True)
-    finally:
-        app.extensions["pgbus"].close()
-        engine_module._default = None
