@@ -84,9 +84,11 @@ class Engine:
     # -- sending jobs (only ever from after-commit callbacks) -----------
 
     def send_step(
-        self, step_id: int, job_id: str, queue: str, at: datetime | None, at_front: bool, timeout: timedelta
+        self, step_id: int, job_id: str, queue: str, at: datetime | None, at_front: bool, timeout: timedelta,
+        description: str | None = None,
     ) -> None:
-        """Enqueue the step job for ``step_id``; a failure is logged and the sweep resends later."""
+        """Enqueue the step job for ``step_id``; a failure is logged and the sweep resends later.
+        ``description`` is what RQ (and rq-dashboard) show for the job."""
         try:
             q = self.queue(queue)
             options: dict[str, Any] = {
@@ -94,7 +96,7 @@ class Engine:
                 "job_timeout": int(timeout.total_seconds()) + JOB_TIMEOUT_MARGIN,
                 "result_ttl": 0,
                 "failure_ttl": 7 * 24 * 3600,
-                "description": f"pgbus step {step_id}",
+                "description": description or f"pgbus step {step_id}",
             }
             for delivery in range(self.deliveries):
                 jid = job_id if delivery == 0 else f"{job_id}-{delivery}"

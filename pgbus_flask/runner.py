@@ -183,7 +183,8 @@ def _route(engine: Engine, klass: type[Workflow] | None, step_name: str) -> tupl
 def _send_after_commit(engine: Engine, tx: Transaction, klass: type[Workflow] | None, step: Row) -> None:
     queue, at_front, timeout = _route(engine, klass, step["step_name"])
     step_id, job_id, at = step["id"], step["job_id"], step["scheduled_at"]
-    tx.after_commit(lambda: engine.send_step(step_id, job_id, queue, at, at_front, timeout))
+    description = f"{step['workflow_class']}.{step['step_name']} #{step['attempt']} (run {step['workflow_id']})"
+    tx.after_commit(lambda: engine.send_step(step_id, job_id, queue, at, at_front, timeout, description))
 
 
 def schedule_step(

@@ -105,3 +105,10 @@ def test_bad_subject_and_key_are_named(engine: Engine) -> None:
     with pytest.raises(PgbusError, match="idempotency_key must be"):
         ThreeSteps.start(idempotency_key="")
     assert table_counts(engine)["pgbus_workflows"] == 0
+
+
+def test_step_jobs_are_named_after_their_step_in_rq(engine: Engine) -> None:
+    run = ThreeSteps.start(order_id=1)
+    [job] = engine.queue(engine.settings.queue).get_jobs()
+    assert job.description == f"ThreeSteps.reserve #1 (run {run.workflow_id})"
+    assert job.func_name == "pgbus_flask.jobs.run_step"
