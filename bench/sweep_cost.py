@@ -225,10 +225,11 @@ def measure(args: argparse.Namespace, n: int) -> dict[str, Any]:
             out[part.__name__] = timed(lambda p=part: p(engine, sweep.SweepReport()), args.repeat)[0]  # type: ignore
         statements = capture_statements(lambda: sweep.sweep(engine))
         out["plans"] = []
+        settings = [q for q, _ in statements if q.startswith("SET LOCAL")]
         for query, params in statements:
-            if "advisory" in query:
+            if "advisory" in query or query.startswith("SET LOCAL"):
                 continue
-            out["plans"].append((query, explain(url, query, params)))
+            out["plans"].append((query, explain(url, query, params, settings)))
 
         # Every waiting run without a batch is overdue when the waiting threshold is 5 minutes (they have
         # waited 10): the waiting_overdue branch then returns 39% of the ongoing runs.
