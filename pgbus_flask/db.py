@@ -95,6 +95,9 @@ class Database:
                     _ORPHANED_POOLS.append(self._pool)
                     self._pool = None
                 if self._pool is None:
+                    # One direct connection first: a refused or unknown server fails at once
+                    # instead of after the pool's timeout (a dashboard page should not hang).
+                    psycopg.connect(self.url, connect_timeout=5).close()
                     pool = ConnectionPool(
                         self.url, min_size=1, max_size=self.max_size, open=False,
                         kwargs={"autocommit": True}, timeout=10, name="pgbus",

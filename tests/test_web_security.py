@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -194,20 +192,34 @@ def test_an_unsafe_subject_url_is_not_linked(app: Flask) -> None:
 # -- failures read as pages ---------------------------------------------------------------
 
 
-def test_postgresql_down_is_a_readable_503(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
-    @contextmanager
-    def unreachable() -> Iterator[Any]:
-        raise DatabaseUnavailable("PostgreSQL is unreachable: connection refused")
-        yield
+def test_postgresql_down_is_a_readable_503(redis_url: str) -> None:
+    """A real refused connection (nothing listens on port 1), answered at once, not after a timeout."""
+    import time
 
-    monkeypatch.setattr(engine_of(app).db, "connection", unreachable)
-    client = app.test_client()
-    for url in ("/pgbus/", "/pgbus/runs", "/pgbus/attention", "/pgbus/runs/00000000-0000-0000-0000-000000000001",
-                "/pgbus/batches/1"):
-        response = client.get(url)
-        assert response.status_code == 503, url
-        page = response.get_data(as_text=True)
-        assert "The dashboard cannot reach PostgreSQL right now" in text_of(page) and "Traceback" not in page
+    from pgbus_flask import PgBus
+    from pgbus_flask import engine as engine_module
+
+    from .workflows import ThreeSteps
+
+    down = Flask("postgres_down")
+    down.config.update(TESTING=True, PGBUS_DATABASE_URL="postgresql://postgres@127.0.0.1:1/nowhere",
+                       PGBUS_REDIS_URL=redis_url)
+    PgBus(down)
+    try:
+        client = down.test_client()
+        started = time.monotonic()
+        for url in ("/pgbus/", "/pgbus/runs", "/pgbus/attention", "/pgbus/runs/00000000-0000-0000-0000-000000000001",
+                    "/pgbus/batches/1"):
+            response = client.get(url)
+            assert response.status_code == 503, url
+            page = response.get_data(as_text=True)
+            assert "The dashboard cannot reach PostgreSQL right now" in text_of(page) and "Traceback" not in page
+        assert time.monotonic() - started < 5  # five pages, none waiting out a pool timeout
+        with down.app_context(), pytest.raises(DatabaseUnavailable, match="unreachable"):
+            ThreeSteps.start(order_id=1)
+    finally:
+        down.extensions["pgbus"].close()
+        engine_module._default = None
 
 
 def test_a_raw_psycopg_operational_error_is_a_503_too(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
