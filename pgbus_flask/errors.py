@@ -17,8 +17,30 @@ class ConfigError(PgbusError):
         super().__init__(f"{key} {problem}")
 
 
+class InvalidInput(PgbusError, ValueError):
+    """A value given to pgbus cannot be used or stored: it names the field and what was wrong.
+
+    Raised before anything is written. It is also a ``ValueError``, so code that
+    already catches those keeps working.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field} {problem}")
+
+
 class DatabaseUnavailable(PgbusError):
-    """PostgreSQL could not be reached."""
+    """PostgreSQL could not be reached (a connection failure or a server shutting down)."""
+
+
+class DatabaseError(PgbusError):
+    """PostgreSQL refused a statement for a reason other than an outage (a size limit,
+    a statement or lock timeout, a cancelled query). Retrying the same thing will not help."""
+
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        self.sqlstate = sqlstate
+        super().__init__(message)
 
 
 class SchemaMissing(PgbusError):
@@ -55,8 +77,13 @@ class DefinitionError(PgbusError):
     """A workflow class or step is declared wrongly."""
 
 
-class ArgumentsNotSerializable(PgbusError):
+class ArgumentsNotSerializable(InvalidInput):
     """A value cannot be stored (only JSON, datetime, date, Decimal and UUID can)."""
+
+    def __init__(self, message: str) -> None:
+        PgbusError.__init__(self, message)
+        self.field = message.split(" ", 1)[0]
+        self.problem = message
 
 
 class SubjectConflict(PgbusError):
