@@ -21,13 +21,63 @@ from psycopg import pq
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .errors import DatabaseUnavailable, PgbusError, SchemaMissing
+from .errors import DatabaseError, DatabaseUnavailable, PgbusError, SchemaMissing
 
 log = logging.getLogger("pgbus_flask")
 
 # Pools left behind by a fork: kept referenced so that garbage collection in
 # the child never closes the parent's sockets.
 _ORPHANED_POOLS: list[ConnectionPool] = []
+
+
+# SQLSTATEs that mean the server is going away or not taking connections: an outage,
+# worth waiting out. Class 08 (connection exceptions) is one too, and so is an error
+# with no SQLSTATE at all (the connection broke before the server could answer).
+OUTAGE_SQLSTATES = frozenset({
+    "57P01",  # admin_shutdown
+    "57P02",  # crash_shutdown
+    "57P03",  # cannot_connect_now (starting up, shutting down, in recovery)
+    "53300",  # too_many_connections
+})
+
+# What to tell the caller for the refusals that are not outages and that a caller can act on.
+_REFUSALS = {
+    "54000": "PostgreSQL refused a value that is over one of its size limits",
+    "57014": "PostgreSQL cancelled the statement (statement_timeout, or a cancel request)",
+    "55P03": "PostgreSQL could not take a lock in time (lock_timeout)",
+    "40001": "PostgreSQL could not serialize this transaction with a concurrent one; try again",
+    "40P01": "PostgreSQL found a deadlock with a concurrent transaction; try again",
+    "25P03": "PostgreSQL ended an idle transaction (idle_in_transaction_session_timeout)",
+}
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` means PostgreSQL cannot be reached (retry later), as opposed to a
+    refusal of this statement (retrying the same thing will fail the same way)."""
+    if isinstance(exc, (PoolTimeout, DatabaseUnavailable)):
+        return True
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in OUTAGE_SQLSTATES
+
+
+def translate(exc: BaseException) -> PgbusError | None:
+    """The library's error for a psycopg error (None: not one the boundary translates)."""
+    if isinstance(exc, PoolTimeout) or is_outage(exc):
+        return DatabaseUnavailable(f"PostgreSQL is unreachable: {_first_line(exc)}")
+    if isinstance(exc, (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn)):
+        return SchemaMissing(_first_line(exc))
+    if isinstance(exc, (psycopg.OperationalError, psycopg.DataError)):
+        state = exc.sqlstate
+        what = _REFUSALS.get(state or "", "PostgreSQL refused the statement")
+        return DatabaseError(f"{what}: {_first_line(exc)} (SQLSTATE {state})", state)
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 class Transaction:
@@ -126,17 +176,18 @@ class Database:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled autocommit connection. The boundary where psycopg's errors of reach and
-        schema become the library's: DatabaseUnavailable and SchemaMissing."""
+        """A pooled autocommit connection. The boundary where psycopg's errors become the
+        library's (:func:`translate`): DatabaseUnavailable for an outage only, SchemaMissing,
+        and DatabaseError for every other refusal (a size limit, a timeout, a cancelled query)."""
         try:
             with self.pool.connection() as conn:
                 yield conn
-        except PoolTimeout as exc:
-            raise DatabaseUnavailable(f"PostgreSQL is unreachable: {exc}") from exc
-        except psycopg.OperationalError as exc:
-            raise DatabaseUnavailable(f"PostgreSQL is unreachable: {exc}") from exc
-        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
-            raise SchemaMissing(str(exc).splitlines()[0]) from exc
+        except (PoolTimeout, psycopg.OperationalError, psycopg.DataError, psycopg.errors.UndefinedTable,
+                psycopg.errors.UndefinedColumn) as exc:
+            translated = translate(exc)
+            if translated is None:
+                raise
+            raise translated from exc
 
     @contextmanager
     def reading(self) -> Iterator[psycopg.Connection[Any]]:
@@ -193,8 +244,12 @@ class Database:
             with conn.transaction():
                 yield tx
                 tx._flush()
-        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
-            raise SchemaMissing(str(exc).splitlines()[0]) from exc
+        except (psycopg.OperationalError, psycopg.DataError, psycopg.errors.UndefinedTable,
+                psycopg.errors.UndefinedColumn) as exc:
+            translated = translate(exc)
+            if translated is None:
+                raise
+            raise translated from exc
         finally:
             _current.reset(token)
         for callback in tx._callbacks:

@@ -1,7 +1,14 @@
-"""The RQ job functions (RQ finds them by dotted path): a step attempt and a fan-out child."""
+"""The RQ job functions (RQ finds them by dotted path): a step attempt and a fan-out child.
+
+Nothing a step produced reaches RQ's own storage: the outcome goes to PostgreSQL,
+the job returns None, and when recording fails the job raises :class:`StepJobFailed`
+with storable text only and no chained exception (RQ saves a failed job's traceback
+in Redis, and a lone surrogate in it crashes the worker).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rq import get_current_job
@@ -9,16 +16,33 @@ from rq.utils import import_attribute
 
 from . import payload, runner
 from .engine import resolve_engine
+from .errors import DatabaseError, PgbusError
+
+
+class StepJobFailed(PgbusError):
+    """A step or child job could not record its outcome (the sweep will find the attempt)."""
+
+
+def _guarded(what: str, body: Callable[[], None]) -> None:
+    try:
+        body()
+    except Exception as exc:
+        message = f"{what}: {runner.error_name(exc)}: {payload.safe_str(exc)}"
+        raise StepJobFailed(message) from None
 
 
 def run_step(step_id: int) -> None:
     """One delivery of a step: a no-op unless the step is due, scheduled and its run ready."""
     job = get_current_job()
-    runner.run_attempt(resolve_engine(), step_id, job.id if job else None)
+    _guarded(f"step {step_id}", lambda: runner.run_attempt(resolve_engine(), step_id, job.id if job else None))
 
 
 def run_child(batch_id: int, position: int) -> None:
     """One fan-out child: run its function, record its result or error once."""
+    _guarded(f"batch {batch_id} child {position}", lambda: _run_child(batch_id, position))
+
+
+def _run_child(batch_id: int, position: int) -> None:
     engine = resolve_engine()
     with engine.db.connection() as conn:
         row = conn.execute(
@@ -36,4 +60,7 @@ def run_child(batch_id: int, position: int) -> None:
     except Exception as exc:
         runner.record_child(engine, batch_id, position, error=exc)
         return
-    runner.record_child(engine, batch_id, position, result=result)
+    try:
+        runner.record_child(engine, batch_id, position, result=result)
+    except DatabaseError as exc:  # PostgreSQL refused the result itself: the child fails with why
+        runner.record_child(engine, batch_id, position, error=exc)

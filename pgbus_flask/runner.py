@@ -17,7 +17,7 @@ import traceback
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -30,7 +30,9 @@ from .engine import Engine
 from .errors import (
     ActionNotAllowed,
     ArgumentsNotSerializable,
+    DatabaseError,
     DatabaseUnavailable,
+    InvalidInput,
     PgbusError,
     SignalRefused,
     StepNotDefined,
@@ -44,12 +46,27 @@ log = logging.getLogger("pgbus_flask")
 
 Row = dict[str, Any]
 
+#: The times reschedule accepts (what Python, PostgreSQL and RQ can all hold).
+RESCHEDULE_EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+RESCHEDULE_LATEST = datetime(9998, 12, 31, tzinfo=timezone.utc)
+
 
 def cap(text: Any, limit: int) -> str | None:
+    """``text`` as storable text (NUL and lone surrogates escaped, see payload), cut to ``limit``."""
     if text is None:
         return None
-    text = str(text)
+    text = payload.safe_str(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def check_who(actor: Any, reason: Any) -> None:
+    """Refuse (InvalidInput, before anything is written) an actor or reason that cannot be stored as given."""
+    payload.check_text(actor, "actor", max_bytes=states.ACTOR_LIMIT, allow_newlines=False)
+    if reason is not None:
+        payload.check_text(reason, "reason", required=False)
+        if len(reason) > states.REASON_LIMIT:
+            raise InvalidInput("reason", f"is {len(reason):,} characters long; at most {states.REASON_LIMIT:,} "
+                                         "are allowed")
 
 
 def error_name(exc: BaseException) -> str:
@@ -329,10 +346,14 @@ def start(
     if subject is not None:
         if not (isinstance(subject, (tuple, list)) and len(subject) == 2 and isinstance(subject[0], str)
                 and subject[0] and subject[1] is not None and str(subject[1])):
-            raise PgbusError(f"subject must be a (type, id) pair such as ('Order', 1042), got {subject!r}")
-        subject_type, subject_id = subject[0], str(subject[1])
-    if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
-        raise PgbusError(f"idempotency_key must be a non-empty string, got {idempotency_key!r}")
+            raise InvalidInput("subject", f"must be a (type, id) pair such as ('Order', 1042), got "
+                                          f"{payload.safe_str(repr(subject))[:200]}")
+        subject_type = payload.check_text(subject[0], "subject type", max_bytes=states.NAME_LIMIT,
+                                          allow_newlines=False)
+        subject_id = payload.check_text(str(subject[1]), "subject id", max_bytes=states.KEY_LIMIT)
+    if idempotency_key is not None:
+        payload.check_text(idempotency_key, "idempotency_key", max_bytes=states.KEY_LIMIT)
+    payload.check_text(actor, "actor", max_bytes=states.ACTOR_LIMIT, allow_newlines=False)
     workflow_id = uuid.uuid4()
     with engine.db.transaction(conn) as tx:
         try:
@@ -525,28 +546,47 @@ def run_attempt(engine: Engine, step_id: int, job_id: str | None = None) -> None
 
 def _record_with_retry(engine: Engine, claim: Claim, **outcome: Any) -> None:
     """Record an outcome, waiting out a PostgreSQL outage (up to the attempt's stall deadline):
-    the step's work is done and should not be lost to a dropped connection."""
+    the step's work is done and should not be lost to a dropped connection.
+
+    Only an outage (or a serialization failure or deadlock) is retried. When PostgreSQL
+    refuses the outcome itself (DatabaseError), the attempt is recorded as failed with
+    that refusal as its error, so the run pauses on a reason an operator can read
+    instead of stalling with the outcome lost.
+    """
     delay = 0.5
     deadline = time.monotonic() + max(_route(engine, claim.klass, claim.step["step_name"])[2].total_seconds(), 5)
+    refused = False
     while True:
         try:
             record_outcome(engine, claim, **outcome)
             return
-        except (DatabaseUnavailable, psycopg.OperationalError):
+        except DatabaseError as exc:
+            retryable = (exc.sqlstate or "").startswith("40")
+            if not retryable and not refused:
+                log.warning("pgbus: PostgreSQL refused the outcome of step %s (%s); recording it as failed",
+                            claim.step["id"], exc)
+                refused, outcome = True, {"error": exc}
+                continue
+            if not retryable or time.monotonic() + delay > deadline:
+                raise
+        except DatabaseUnavailable:
             if time.monotonic() + delay > deadline:
                 raise
             log.warning("pgbus: PostgreSQL unreachable while recording step %s; retrying in %.1fs",
                         claim.step["id"], delay)
-            time.sleep(delay)
             engine.db.discard_broken()
-            delay = min(delay * 2, 10.0)
+        time.sleep(delay)
+        delay = min(delay * 2, 10.0)
 
 
 def _error_columns(exc: BaseException) -> dict[str, Any]:
-    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:  # an exception that cannot even be formatted keeps its class and message
+        trace = None
     return {
-        "error_class": error_name(exc),
-        "error_message": cap(str(exc), states.MESSAGE_LIMIT),
+        "error_class": cap(error_name(exc), 500),
+        "error_message": cap(exc, states.MESSAGE_LIMIT),
         "backtrace": cap(trace, states.BACKTRACE_LIMIT),
     }
 
@@ -703,8 +743,8 @@ def record_child(engine: Engine, batch_id: int, position: int, *, result: Any = 
         cols = (
             {"result": Jsonb(stored), "error_class": None, "error_message": None}
             if error is None
-            else {"result": None, "error_class": error_name(error),
-                  "error_message": cap(str(error), states.MESSAGE_LIMIT)}
+            else {"result": None, "error_class": cap(error_name(error), 500),
+                  "error_message": cap(error, states.MESSAGE_LIMIT)}
         )
         child = tx.conn.execute(
             "UPDATE pgbus_batch_children SET status = %s, finished_at = now(), result = %s, error_class = %s,"
@@ -790,9 +830,12 @@ def send_signal(engine: Engine, workflow_id: Any, name: str, data: Any = None, *
     the stored signal with ``duplicate_delivery`` set.
     """
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
-        raise SignalRefused(f"signal name must be a non-empty string of at most 200 characters, got {name!r}")
-    if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
-        raise SignalRefused(f"idempotency_key must be a non-empty string, got {idempotency_key!r}")
+        raise SignalRefused(f"signal name must be a non-empty string of at most 200 characters, got "
+                            f"{payload.safe_str(repr(name))[:220]}")
+    payload.check_text(name, "signal name", allow_newlines=False)
+    if idempotency_key is not None:
+        payload.check_text(idempotency_key, "idempotency_key", max_bytes=states.KEY_LIMIT)
+    check_who(actor, reason)
     try:
         data_json = payload.to_json(data, what="the signal payload")
     except ArgumentsNotSerializable as exc:
@@ -914,6 +957,7 @@ def _check(engine: Engine, tx: Transaction, action: str, workflow_id: Any) -> tu
 
 
 def pause(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> None:
+    check_who(actor, reason)
     with engine.db.transaction() as tx:
         _run, latest, _ = _check(engine, tx, "pause", workflow_id)
         move_run(tx.conn, workflow_id, states.ALLOWED_FROM["pause"], "paused", paused_at=_now(tx))
@@ -921,6 +965,7 @@ def pause(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str |
 
 
 def resume(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> ResumePlan:
+    check_who(actor, reason)
     with engine.db.transaction() as tx:
         run, latest, klass = _check(engine, tx, "resume", workflow_id)
         plan = resume_plan(run, latest, klass)
@@ -965,6 +1010,7 @@ def _keep_waiting(engine: Engine, tx: Transaction, run: Row, klass: type[Workflo
 
 def resume_at(engine: Engine, workflow_id: Any, step_name: str, *, actor: str = "app",
               reason: str | None = None) -> None:
+    check_who(actor, reason)
     with engine.db.transaction() as tx:
         run, latest, klass = _check(engine, tx, "resume_at", workflow_id)
         assert klass is not None
@@ -977,6 +1023,7 @@ def resume_at(engine: Engine, workflow_id: Any, step_name: str, *, actor: str = 
 
 
 def run_now(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> None:
+    check_who(actor, reason)
     with engine.db.transaction() as tx:
         _run, latest, klass = _check(engine, tx, "run_now", workflow_id)
         assert latest is not None
@@ -986,8 +1033,17 @@ def run_now(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str
 
 def reschedule(engine: Engine, workflow_id: Any, at: datetime, *, actor: str = "app",
                reason: str | None = None) -> None:
-    if not isinstance(at, datetime) or at.tzinfo is None:
-        raise PgbusError(f"reschedule needs a datetime with a timezone (such as 2030-01-01T09:00+00:00), got {at!r}")
+    check_who(actor, reason)
+    if not isinstance(at, datetime) or at.tzinfo is None or at.utcoffset() is None:
+        raise InvalidInput("at", "must be a datetime with a timezone (such as 2030-01-01T09:00+00:00), got "
+                                 f"{payload.safe_str(repr(at))[:80]}")
+    try:
+        utc = at.astimezone(timezone.utc)
+    except OverflowError:
+        utc = None
+    if utc is None or not (RESCHEDULE_EARLIEST <= utc <= RESCHEDULE_LATEST):
+        raise InvalidInput("at", f"must be between {RESCHEDULE_EARLIEST:%Y-%m-%d} and {RESCHEDULE_LATEST:%Y-%m-%d} "
+                                 f"(UTC), got {at.isoformat()}")
     with engine.db.transaction() as tx:
         _run, latest, klass = _check(engine, tx, "reschedule", workflow_id)
         assert latest is not None
@@ -997,6 +1053,7 @@ def reschedule(engine: Engine, workflow_id: Any, at: datetime, *, actor: str = "
 
 
 def skip(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> None:
+    check_who(actor, reason)
     with engine.db.transaction() as tx:
         run, latest, klass = _check(engine, tx, "skip", workflow_id)
         assert klass is not None
@@ -1028,6 +1085,7 @@ def skip(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | 
 
 def rerun(engine: Engine, workflow_id: Any, step_name: str | None = None, *, actor: str = "app",
           reason: str | None = None) -> None:
+    check_who(actor, reason)
     with engine.db.transaction() as tx:
         run, _latest, klass = _check(engine, tx, "rerun", workflow_id)
         assert klass is not None
@@ -1042,6 +1100,7 @@ def rerun(engine: Engine, workflow_id: Any, step_name: str | None = None, *, act
 
 
 def cancel(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> None:
+    check_who(actor, reason)
     with engine.db.transaction() as tx:
         _run, latest, _klass = _check(engine, tx, "cancel", workflow_id)
         _cancel_open_steps(tx.conn, workflow_id)

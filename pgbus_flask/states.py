@@ -52,7 +52,15 @@ BULK_ACTIONS = ("resume", "skip", "cancel")
 STALLED_ERROR = "pgbus_flask.errors.StepStalled"
 WAIT_TIMEOUT_ERROR = "pgbus_flask.errors.WaitTimedOut"
 
-#: Strings stored in events and errors are capped at these lengths.
+#: Keys and ids PostgreSQL indexes (idempotency keys, subject ids) are refused past this many
+#: UTF-8 bytes: a B-tree entry must fit in a third of a page (2,704 bytes), with the class name.
+KEY_LIMIT = 1_000
+#: Subject types and signal names, in UTF-8 bytes.
+NAME_LIMIT = 200
+#: Actors, in UTF-8 bytes.
+ACTOR_LIMIT = 200
+
+#: Reasons longer than this are refused; other strings stored in events and errors are capped.
 REASON_LIMIT = 1_000
 DETAIL_LIMIT = 1_000
 MESSAGE_LIMIT = 4_000

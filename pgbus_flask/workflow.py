@@ -338,6 +338,8 @@ class Workflow:
             if not module or "<" in qualname or "." in qualname:
                 raise DefinitionError(f"fan_out needs a module-level function RQ can import, got {func!r}")
             path = f"{module}.{qualname}"
+        if not isinstance(path, str) or "\x00" in path or any("\ud800" <= c <= "\udfff" for c in path):
+            raise DefinitionError(f"fan_out needs a function or a dotted path, got {path!r:.100}")
         children = tuple(tuple(a) for a in args)
         if not children:
             raise DefinitionError("fan_out needs at least one argument tuple")

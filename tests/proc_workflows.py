@@ -132,3 +132,41 @@ def create_app() -> Any:
     app.config.update({k: v for k, v in os.environ.items() if k.startswith("PGBUS_")})
     PgBus(app)
     return app
+
+
+# -- outcomes PostgreSQL cannot hold as they are (NUL, lone surrogates) -------------------
+
+
+def hostile_child(text: str, mode: str) -> dict[str, str]:
+    """A fan-out child that returns ``text`` or raises with it."""
+    if mode == "raise":
+        raise RuntimeError(text)
+    return {"t": text, text: "as a key"}
+
+
+class HostileOutcome(Workflow):
+    """``produce`` ends with ``text`` in its outcome, as ``case`` says: raised (the step
+    is skipped on error, so ``after`` still runs), returned, a pause reason (first
+    attempt only), or in a fan-out child's result and error. ``after`` reports
+    whether the stored output came back exactly."""
+
+    @step(on_error="skip")
+    def produce(self) -> Any:
+        text, case = self.kwargs["text"], self.kwargs["case"]
+        if case == "raise":
+            raise RuntimeError(text)
+        if case == "pause" and self.attempt == 1:
+            self.pause(text)
+        if case == "fan_out":
+            return self.fan_out(hostile_child, [(text, "return"), (text, "raise")], on_child_failure="ignore")
+        return {"text": text, text: [text]}
+
+    @step
+    def after(self) -> dict[str, Any]:
+        text, case = self.kwargs["text"], self.kwargs["case"]
+        if case == "raise":  # skipped on its error: no output to compare (the test reads the error)
+            return {"exact": True}
+        output = self.output_of("produce")
+        if case == "fan_out":
+            return {"exact": output["results"] == [{"t": text, text: "as a key"}, None]}
+        return {"exact": output == {"text": text, text: [text]}}

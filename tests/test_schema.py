@@ -24,6 +24,10 @@ CATALOG = {
     "constraints": """SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint
                       WHERE connamespace = 'public'::regnamespace AND conrelid::regclass::text LIKE 'pgbus%%'
                       AND conrelid::regclass::text <> 'pgbus_schema_migrations' ORDER BY 1, 2""",
+    "triggers": """SELECT tgrelid::regclass::text, tgname, pg_get_triggerdef(oid) FROM pg_trigger
+                   WHERE NOT tgisinternal AND tgrelid::regclass::text LIKE 'pgbus%%' ORDER BY 1, 2""",
+    "functions": """SELECT proname, pg_get_functiondef(oid) FROM pg_proc
+                    WHERE pronamespace = 'public'::regnamespace AND proname LIKE 'pgbus%%' ORDER BY 1""",
 }
 
 

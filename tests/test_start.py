@@ -102,7 +102,7 @@ def test_arguments_round_trip_and_unserializable_ones_write_nothing(engine: Engi
 def test_bad_subject_and_key_are_named(engine: Engine) -> None:
     with pytest.raises(PgbusError, match="subject must be a"):
         ThreeSteps.start(subject="Order 1")  # type: ignore[arg-type]
-    with pytest.raises(PgbusError, match="idempotency_key must be"):
+    with pytest.raises(PgbusError, match="idempotency_key must not be empty"):
         ThreeSteps.start(idempotency_key="")
     assert table_counts(engine)["pgbus_workflows"] == 0
 

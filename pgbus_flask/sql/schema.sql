@@ -142,3 +142,23 @@ CREATE INDEX pgbus_batch_children_pending
     ON pgbus_batch_children (batch_id) WHERE status = 'pending';
 CREATE INDEX pgbus_batch_children_pending_enqueued
     ON pgbus_batch_children (enqueued_at) WHERE status = 'pending';
+
+-- The audit trail is append-only (see migrations/0003_append_only_events.sql).
+CREATE FUNCTION pgbus_workflow_events_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        RAISE EXCEPTION 'pgbus_workflow_events is append-only: event % cannot be changed', OLD.id
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pgbus_workflows WHERE workflow_id = OLD.workflow_id) THEN
+        RAISE EXCEPTION 'pgbus_workflow_events is append-only: event % can only go with its run', OLD.id
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'delete the run from pgbus_workflows (the retention sweep does) and its events go with it';
+    END IF;
+    RETURN OLD;
+END
+$$;
+
+CREATE TRIGGER pgbus_workflow_events_append_only
+    BEFORE UPDATE OR DELETE ON pgbus_workflow_events
+    FOR EACH ROW EXECUTE FUNCTION pgbus_workflow_events_append_only();
