@@ -8,7 +8,10 @@ theirs through :func:`resolve_engine`.
 
 from __future__ import annotations
 
+import importlib
 import logging
+import os
+import threading
 from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -19,7 +22,7 @@ from rq import Queue
 
 from .config import Settings
 from .db import Database
-from .errors import PgbusError
+from .errors import ConfigError, PgbusError
 
 log = logging.getLogger("pgbus_flask")
 
@@ -30,6 +33,8 @@ CHILD_JOB = "pgbus_flask.jobs.run_child"
 JOB_TIMEOUT_MARGIN = 30
 
 _default: Engine | None = None
+# Held while an engine is built from the environment, so concurrent jobs build one.
+_default_lock = threading.Lock()
 
 
 class Engine:
@@ -123,7 +128,9 @@ class Engine:
 
 def resolve_engine(bus: Any = None) -> Engine:
     """The engine to act on: ``bus`` if given (an Engine or PgBus), else the current
-    Flask app's, else the process default (the worker's, or the last standalone bus).
+    Flask app's, else the process default (the worker's, or the last standalone bus),
+    else one built once per process from the ``PGBUS_*`` environment (see
+    :func:`engine_from_environ`).
     """
     if bus is not None:
         return bus if isinstance(bus, Engine) else bus.engine
@@ -133,6 +140,50 @@ def resolve_engine(bus: Any = None) -> Engine:
         state = None
     if state is not None:
         return state  # type: ignore[no-any-return]
-    if _default is None:
-        raise PgbusError("no pgbus engine: create PgBus(app) or PgBus(database_url=..., redis_url=...) first")
-    return _default
+    if _default is not None:
+        return _default
+    return engine_from_environ()
+
+
+def engine_from_environ() -> Engine:
+    """The process default engine, built from ``PGBUS_*`` environment variables (and
+    ``PGBUS_IMPORT``'s modules imported) the first time it is needed: what lets a plain
+    ``rq worker`` of any worker class run step jobs. Thread-safe; a forked child inherits
+    the engine and its Database opens a pool of its own.
+    """
+    global _default
+    with _default_lock:
+        if _default is not None:
+            return _default
+        missing = [name for name in ("PGBUS_DATABASE_URL", "PGBUS_REDIS_URL") if not os.environ.get(name)]
+        if missing:
+            raise PgbusError(
+                "no pgbus engine: create PgBus(app) or PgBus(database_url=..., redis_url=...) first,"
+                f" or set {' and '.join(missing)} (and PGBUS_IMPORT, the modules declaring your workflows)"
+                " in the environment of this process (a plain `rq worker` needs all three)"
+            )
+        settings = Settings.from_environ()
+        engine = Engine(settings)
+        try:
+            for module in settings.imports:
+                try:
+                    importlib.import_module(module)
+                except ImportError as exc:
+                    raise ConfigError("PGBUS_IMPORT", f"names {module!r}, which cannot be imported: {exc}") from exc
+        except BaseException:
+            engine.close()
+            raise
+        _default = engine
+        log.info("pgbus: engine built from the PGBUS_* environment (imported: %s)",
+                 ", ".join(settings.imports) or "nothing")
+        return engine
+
+
+def _after_fork_in_child() -> None:
+    # A fork while another thread held the lock would leave it held forever in the child.
+    global _default_lock
+    _default_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

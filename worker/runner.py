@@ -7,19 +7,19 @@ so a crash loses nothing (the sweep finds the stalled attempt). ``PgbusForkWorke
 job like RQ's ``Worker`` for steps that must not share a process.
 
 Both work with the plain ``rq worker -w pgbus_flask.worker.runner.PgbusWorker``
-command too: with no app they build the engine from ``PGBUS_*`` variables.
+command too: with no app they build the engine from ``PGBUS_*`` variables. So does
+RQ's own worker class (``rq worker`` with no ``-w``): its horses build the engine
+from the same variables when a step job first needs it, but run no sweep.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 from typing import Any
 
 from rq.worker import SimpleWorker, Worker
 
-from pgbus_flask.config import Settings
-from pgbus_flask.engine import Engine
+from pgbus_flask.engine import engine_from_environ
 from pgbus_flask.sweep import SweepThread
 
 log = logging.getLogger("pgbus_flask")
@@ -32,14 +32,7 @@ class _PgbusMixin:
     _sweeper: SweepThread | None = None
 
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
-        from pgbus_flask import engine as engine_module
-
-        engine = engine_module._default
-        if engine is None:
-            settings = Settings.from_environ()
-            engine = Engine(settings).make_default()
-            for module in settings.imports:
-                importlib.import_module(module)
+        engine = engine_from_environ()  # the pgbus-worker's own, or one from PGBUS_*
         super().bootstrap(*args, **kwargs)  # type: ignore[misc]
         if self.sweep_enabled:
             self._sweeper = SweepThread(engine)
