@@ -331,12 +331,16 @@ def shift_run(engine: Engine, workflow_id: Any, by: timedelta) -> None:
         by_table: dict[str, list[str]] = {}
         for table, column in columns:
             by_table.setdefault(table, []).append(column)
+        # Events are append-only (migration 0003). The demo owns its database, so it lifts the
+        # trigger inside this transaction only: no other session ever sees it off.
+        tx.conn.execute("ALTER TABLE pgbus_workflow_events DISABLE TRIGGER pgbus_workflow_events_append_only")
         for table, cols in by_table.items():
             sets = sql.SQL(", ").join(
                 sql.SQL("{c} = {c} - %(by)s").format(c=sql.Identifier(col)) for col in cols
             )
             query = sql.SQL("UPDATE {t} SET {sets} WHERE ").format(t=sql.Identifier(table), sets=sets)
             tx.conn.execute(query + sql.SQL(where[table]), {"wid": workflow_id, "by": by})  # type: ignore[arg-type]
+        tx.conn.execute("ALTER TABLE pgbus_workflow_events ENABLE TRIGGER pgbus_workflow_events_append_only")
 
 
 def status_summary(engine: Engine) -> str:
