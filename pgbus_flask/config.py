@@ -4,12 +4,14 @@ This module is the one source of truth for configuration keys. Values come
 from ``app.config`` (Flask), keyword arguments to :class:`~pgbus_flask.PgBus`
 (``database_url=...``), or the environment (``pgbus-worker`` without an app).
 A bad value fails at start-up with :class:`~pgbus_flask.errors.ConfigError`
-naming the key.
+naming the key; a URL is shown with its password replaced by ``***``
+(:func:`redact_url`, and :func:`redact` for messages that may quote one).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -148,6 +150,44 @@ def keyword_values(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_KEYWORD_STRING = re.compile(r"\s*[A-Za-z_]+\s*=")  # libpq's "host=h password=pw"
+# password=, sslpassword=: in a URL's query up to "&", in a keyword string one (quoted) value.
+_QUERY_PASSWORD = re.compile(r"(?i)([?&](?:ssl)?password=)[^&#]*")
+_KEYWORD_PASSWORD = re.compile(r"(?i)(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s'\"]+)")
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password shown as ``***``, fit for an error or a log line.
+
+    Takes a URL (``redis://:pw@host/0``, ``postgresql://user:pw@host/db``,
+    ``?password=pw`` in its query) or a libpq keyword string
+    (``host=h password=pw``). Everything between the user name and the last
+    ``@`` goes, so a password with an unescaped ``@``, ``/`` or ``?``, or a
+    URL without ``//``, loses more than its password, never less.
+    """
+    if _KEYWORD_STRING.match(url):
+        return _KEYWORD_PASSWORD.sub(r"\1***", url)
+    scheme = _SCHEME.match(url)
+    start = scheme.end() if scheme else 0
+    at = url.rfind("@", start)
+    colon = url.find(":", start, at) if at >= 0 else -1
+    if colon >= 0:
+        url = url[:colon] + ":***" + url[at:]
+    return _QUERY_PASSWORD.sub(r"\1***", url)
+
+
+def redact(text: str) -> str:
+    """``text`` (a driver's error message, say) with the password of every URL or keyword string in it hidden."""
+    parts, last = [], 0
+    for found in _URL_IN_TEXT.finditer(text):
+        parts += [_KEYWORD_PASSWORD.sub(r"\1***", text[last:found.start()]), redact_url(found.group(0))]
+        last = found.end()
+    parts.append(_KEYWORD_PASSWORD.sub(r"\1***", text[last:]))
+    return "".join(parts)
+
+
 def _seconds(name: str, value: Any) -> timedelta:
     if isinstance(value, timedelta):
         result = value
@@ -174,23 +214,34 @@ def _parse(key: Key, value: Any) -> Any:
     if kind == "pg_url":
         if value is None or value == "":
             return None
-        parts = urlsplit(str(value))
-        if parts.scheme not in ("postgresql", "postgres"):
-            raise ConfigError(name, f"must be a postgresql:// URL, got {value!r}")
-        return str(value)
+        text = str(value)
+        shown = redact_url(text)
+        # Without "//" libpq reads a keyword string, and its error quotes all of it.
+        if not re.match(r"(?i)postgres(ql)?://", text):
+            raise ConfigError(name, f"must be a postgresql:// URL, got {shown!r}")
+        try:
+            urlsplit(text)
+        except ValueError as exc:
+            raise ConfigError(name, f"is not a valid URL ({exc}): {shown!r}") from None
+        return text
     if kind == "redis_url":
         if value is None or value == "":
             return None
-        parts = urlsplit(str(value))
-        if parts.scheme not in ("redis", "rediss", "unix"):
-            raise ConfigError(name, f"must be a redis://, rediss:// or unix:// URL, got {value!r}")
+        text = str(value)
+        shown = redact_url(text)
+        try:
+            parts = urlsplit(text)
+        except ValueError as exc:
+            raise ConfigError(name, f"is not a valid URL ({exc}): {shown!r}") from None
+        if parts.scheme not in ("redis", "rediss", "unix") or not text.lower().startswith(parts.scheme + "://"):
+            raise ConfigError(name, f"must be a redis://, rediss:// or unix:// URL, got {shown!r}")
         if parts.scheme != "unix" and not parts.hostname:
-            raise ConfigError(name, f"has no host: {value!r}")
+            raise ConfigError(name, f"has no host: {shown!r}")
         try:
             parts.port  # noqa: B018 - raises ValueError on a bad port
         except ValueError:
-            raise ConfigError(name, f"has a bad port: {value!r}") from None
-        return str(value)
+            raise ConfigError(name, f"has a bad port: {shown!r}") from None
+        return text
     if kind == "name":
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(name, f"must be a non-empty string, got {value!r}")

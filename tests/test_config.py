@@ -1,14 +1,21 @@
-"""Settings: defaults, checks that name the key, several apps at once."""
+"""Settings: defaults, checks that name the key, several apps at once, passwords never shown."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from datetime import timedelta
+from urllib.parse import quote
 
 import pytest
 from flask import Flask
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pgbus_flask import ConfigError, PgBus
-from pgbus_flask.config import KEYS, Settings
+from pgbus_flask.config import KEYS, Settings, redact, redact_url
 
 URLS = {"PGBUS_DATABASE_URL": "postgresql://u@localhost/db", "PGBUS_REDIS_URL": "redis://localhost:6379/0"}
 
@@ -99,3 +106,92 @@ def test_keyword_settings_without_flask(pg_url: str, redis_url: str, clean: None
         from pgbus_flask import engine as engine_module
 
         engine_module._default = None
+
+
+# -- secrets stay secret ---------------------------------------------------------------------
+
+SECRET = "S3CRET"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message", "shown"),
+    [
+        ("PGBUS_REDIS_URL", "redis://:S3CRET@h:port/0", "bad port", "redis://:***@h:port/0"),
+        ("PGBUS_REDIS_URL", "http://:S3CRET@h:1/0", "redis://, rediss:// or unix://", "http://:***@h:1/0"),
+        ("PGBUS_REDIS_URL", "redis://:S3CRET@:6379/0", "no host", "redis://:***@:6379/0"),
+        ("PGBUS_REDIS_URL", "redis://:S3CRET@[::1/0", "not a valid URL", "redis://:***@[::1/0"),
+        ("PGBUS_DATABASE_URL", "mysql://app:S3CRET@h/db", "postgresql:// URL", "mysql://app:***@h/db"),
+        # libpq would read this as a keyword string and echo all of it in its own error
+        ("PGBUS_DATABASE_URL", "postgresql:/app:S3CRET@h/db", "postgresql:// URL", "postgresql:***@h/db"),
+        ("PGBUS_DATABASE_URL", "postgresql://app:S3CRET@[::1/db", "not a valid URL", "postgresql://app:***@[::1/db"),
+        ("PGBUS_DATABASE_URL", "host=h user=app password=S3CRET", "postgresql:// URL",
+         "host=h user=app password=***"),
+    ],
+)
+def test_a_bad_url_is_named_without_its_password(key: str, value: str, message: str, shown: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        Settings.load({**URLS, key: value})
+    assert str(info.value).startswith(key)
+    assert SECRET not in str(info.value)
+    assert shown in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "redacted"),
+    [
+        ("redis://:S3CRET@h:6379/0", "redis://:***@h:6379/0"),
+        ("rediss://default:S3CRET@cache.example:6380", "rediss://default:***@cache.example:6380"),
+        ("unix://:S3CRET@/run/redis.sock?db=2", "unix://:***@/run/redis.sock?db=2"),
+        ("postgresql://app:S3CRET@db.example:5432/orders", "postgresql://app:***@db.example:5432/orders"),
+        ("postgresql://app:S3%40CRET@db/orders", "postgresql://app:***@db/orders"),
+        ("postgresql://app:S3@CRET@db/orders", "postgresql://app:***@db/orders"),
+        ("postgresql://app:S3/C?RET@db/orders", "postgresql://app:***@db/orders"),
+        ("postgresql://app@corp:S3CRET@db/orders", "postgresql://app@corp:***@db/orders"),
+        ("app:S3CRET@db/orders", "app:***@db/orders"),
+        ("postgresql://db/orders?user=app&password=S3CRET&sslmode=require",
+         "postgresql://db/orders?user=app&password=***&sslmode=require"),
+        ("postgresql://app:S3CRET@db/orders?sslpassword=S3CRET",
+         "postgresql://app:***@db/orders?sslpassword=***"),
+        ("host=db user=app password=S3CRET dbname=orders", "host=db user=app password=*** dbname=orders"),
+        ("host=db password = 'S3 CR\\'ET' dbname=orders", "host=db password = *** dbname=orders"),
+        # nothing secret: unchanged
+        ("postgresql://app@db:5432/orders", "postgresql://app@db:5432/orders"),
+        ("postgresql:///orders?host=/run/postgresql", "postgresql:///orders?host=/run/postgresql"),
+        ("redis://localhost:6379/0", "redis://localhost:6379/0"),
+        ("host=db dbname=orders", "host=db dbname=orders"),
+        ("", ""),
+    ],
+)
+def test_redact_url(url: str, redacted: str) -> None:
+    assert redact_url(url) == redacted
+
+
+@given(st.text(min_size=1))
+def test_redact_url_hides_any_password(password: str) -> None:
+    secret = "Zq" + password + "Zq"
+    for url in (f"redis://:{secret}@h:6379/0", f"postgresql://app:{secret}@db/orders",
+                f"postgresql://db/orders?password={quote(secret)}", f"host=db password={secret}"):
+        assert secret not in redact_url(url) and quote(secret) not in redact_url(url), url
+
+
+def test_redact_finds_urls_inside_a_message() -> None:
+    """Drivers echo the URL in some errors (libpq on a broken IPv6 host, for one)."""
+    message = ('end of string reached when looking for matching "]" in IPv6 host address in URI: '
+               '"postgresql://app:S3CRET@[::1/db"\n')
+    assert redact(message) == ('end of string reached when looking for matching "]" in IPv6 host address in URI: '
+                               '"postgresql://app:***@[::1/db"\n')
+    assert redact("missing \"=\" after \"host=h password=S3CRET\" in connection info string") == (
+        "missing \"=\" after \"host=h password=***\" in connection info string")
+    assert redact("Error 111 connecting to 127.0.0.1:1. Connection refused.") == (
+        "Error 111 connecting to 127.0.0.1:1. Connection refused.")
+
+
+def test_the_worker_prints_a_bad_url_without_its_password() -> None:
+    """What a user sees: ``pgbus-worker`` refusing a bad ``PGBUS_REDIS_URL`` at start-up."""
+    env = {**os.environ, "PGBUS_DATABASE_URL": "postgresql://app:S3CRET@127.0.0.1:1/db",
+           "PGBUS_REDIS_URL": "redis://:S3CRET@h:port/0"}
+    done = subprocess.run([sys.executable, "-m", "pgbus_flask.worker.cli", "--burst"], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "PGBUS_REDIS_URL has a bad port: 'redis://:***@h:port/0'" in done.stderr
+    assert SECRET not in done.stderr + done.stdout
