@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 from flask import Flask
+from flask.testing import FlaskClient
 from werkzeug.exceptions import Forbidden
+from werkzeug.test import TestResponse
 
-from pgbus_flask import Workflow, step
+from pgbus_flask import PgBus, Workflow, step
+from pgbus_flask import engine as engine_module
 from pgbus_flask.errors import DatabaseUnavailable
 from pgbus_flask.handle import Run
 
 from .conftest import work
 from .webtools import csrf, engine_of, text_of
-from .workflows import ThreeSteps
+from .workflows import FailsUntil, ThreeSteps
 
 XSS = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 RAW = ("<script>alert", "<img src=x", "onerror=alert(1)>")
@@ -138,6 +142,86 @@ def test_the_csrf_cookie_is_http_only_and_strict(app: Flask) -> None:
     response = app.test_client().get("/pgbus/")
     cookie = next(h for h in response.headers.getlist("Set-Cookie") if h.startswith("pgbus_csrf="))
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/pgbus" in cookie
+
+
+# -- a host app that uses Flask-WTF's CSRFProtect ---------------------------------------------
+
+
+def post_cancel(client: FlaskClient, run: Run, token: str) -> TestResponse:
+    return client.post(f"/pgbus/runs/{run.workflow_id}/actions/cancel", data={"csrf_token": token, "confirmed": "1"})
+
+
+def started(app: Flask, order_id: int = 1) -> Run:
+    with app.app_context():
+        return ThreeSteps.start(order_id=order_id)
+
+
+@pytest.fixture(params=["before", "after"])
+def host_app(request: pytest.FixtureRequest, clean: None, pg_url: str, redis_url: str) -> Iterator[Flask]:
+    """An app protected by ``CSRFProtect``, set up before or after ``PgBus``, with a form of its own."""
+    from flask_wtf.csrf import CSRFProtect, generate_csrf
+
+    host = Flask("host_with_csrfprotect")
+    host.config.update(TESTING=True, SECRET_KEY="host secret", PGBUS_DATABASE_URL=pg_url, PGBUS_REDIS_URL=redis_url,
+                       PGBUS_DASHBOARD_AUTH=lambda request: "alice")
+    if request.param == "before":
+        CSRFProtect(host)
+        PgBus(host)
+    else:
+        PgBus(host)
+        CSRFProtect(host)
+
+    @host.get("/orders/new")
+    def new_order() -> str:
+        return f'<form method="post"><input name="csrf_token" value="{generate_csrf()}"></form>'
+
+    @host.post("/orders")
+    def create_order() -> str:
+        return "order created"
+
+    yield host
+    host.extensions["pgbus"].close()
+    engine_module._default = None
+
+
+def test_dashboard_actions_work_in_an_app_with_csrfprotect(host_app: Flask) -> None:
+    engine = engine_of(host_app)
+    with host_app.app_context():
+        paused = FailsUntil.start(fail_until=1)
+        group = [FailsUntil.start(fail_until=9) for _ in range(2)]
+        work(engine)
+    doomed = started(host_app)
+    client = host_app.test_client()
+    token = csrf(client, f"/pgbus/runs/{paused.workflow_id}")
+    resume = client.post(f"/pgbus/runs/{paused.workflow_id}/actions/resume",
+                         data={"csrf_token": token, "confirmed": "1", "reason": "gateway is back"})
+    assert resume.status_code == 303, resume.get_data(as_text=True)
+    assert "resumed" in [e["event"] for e in Run(engine, paused.workflow_id).events()]
+    cancel = post_cancel(client, doomed, token)
+    assert cancel.status_code == 303
+    assert Run(engine, doomed.workflow_id).status == "cancelled"
+    bulk = client.post("/pgbus/attention/bulk", data={
+        "csrf_token": token, "action": "cancel", "workflow_class": "FailsUntil", "step_name": "capture",
+        "stuck_reason": "paused_error", "error_class": "TimeoutError", "confirmed": "1"})
+    assert bulk.status_code == 303
+    assert {Run(engine, r.workflow_id).status for r in group} == {"cancelled"}
+    # The dashboard's own check still stands.
+    other = started(host_app, 2)
+    refused = post_cancel(host_app.test_client(), other, token)
+    assert refused.status_code == 400 and "security token is missing" in text_of(refused.get_data(as_text=True))
+    assert Run(engine, other.workflow_id).status == "ready"
+
+
+def test_the_host_apps_own_forms_stay_protected(host_app: Flask) -> None:
+    client = host_app.test_client()
+    refused = client.post("/orders", data={})
+    assert refused.status_code == 400 and "The CSRF token is missing." in refused.get_data(as_text=True)
+    dashboard_token = csrf(client)
+    assert client.post("/orders", data={"csrf_token": dashboard_token}).status_code == 400
+    page = client.get("/orders/new").get_data(as_text=True)
+    found = re.search(r'value="([^"]+)"', page)
+    assert found
+    assert client.post("/orders", data={"csrf_token": found.group(1)}).get_data(as_text=True) == "order created"
 
 
 # -- escaping ------------------------------------------------------------------------------

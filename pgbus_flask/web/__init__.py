@@ -33,6 +33,7 @@ def make_blueprint(engine: Engine) -> Blueprint:
     bp = Blueprint("pgbus", __name__, template_folder=templates,
                    static_folder=str(files("pgbus_flask.templates") / "pgbus" / "static"),
                    static_url_path="/static")
+    security.exempt_from_host_csrf(bp)  # its forms carry the dashboard's own token
     settings = engine.settings
 
     @bp.before_request

@@ -12,7 +12,8 @@ import hmac
 import secrets
 from typing import Any
 
-from flask import Flask, g, request
+from flask import Blueprint, Flask, current_app, g, request
+from flask.blueprints import BlueprintSetupState
 from werkzeug.exceptions import BadRequest, Forbidden, Unauthorized
 from werkzeug.wrappers import Response
 
@@ -70,3 +71,40 @@ def set_csrf_cookie(response: Response, path: str) -> None:
     if g.get("pgbus_csrf_new"):
         response.set_cookie(CSRF_COOKIE, g.pgbus_csrf, httponly=True, samesite="Strict", path=path,
                             secure=request.is_secure)
+
+
+def exempt_from_host_csrf(bp: Blueprint) -> None:
+    """Keep the host app's Flask-WTF ``CSRFProtect`` off the dashboard ``bp``, which has its own check.
+
+    Without this the host's check reads the dashboard's ``csrf_token`` field
+    and refuses every action ("The CSRF session token is missing.").
+    ``CSRFProtect(app)`` may come before or after ``PgBus(app)``.
+    """
+
+    def exempt(app: Any) -> None:  # a Flask app (BlueprintSetupState types it as sansio's App)
+        host = _host_csrf(app)
+        if host is not None:
+            host.exempt(bp)
+
+    def registered(state: BlueprintSetupState) -> None:
+        exempt(state.app)  # CSRFProtect(app) came first
+
+    bp.record_once(registered)
+
+    @bp.before_app_request
+    def _exempt_late() -> None:
+        # CSRFProtect(app) came later: its check is queued after this hook, so it sees the exemption.
+        if request.blueprint and current_app.blueprints.get(request.blueprint) is bp:
+            exempt(current_app)
+
+
+def _host_csrf(app: Any) -> Any:
+    """The app's Flask-WTF ``CSRFProtect``, if it has one."""
+    host = app.extensions.get("csrf")
+    if host is None:
+        return None
+    try:
+        from flask_wtf.csrf import CSRFProtect
+    except ImportError:
+        return None
+    return host if isinstance(host, CSRFProtect) else None
