@@ -17,6 +17,7 @@ from pgbus_flask import PgBus, Workflow, step
 from pgbus_flask import engine as engine_module
 from pgbus_flask.errors import DatabaseUnavailable
 from pgbus_flask.handle import Run
+from pgbus_flask.web.security import CSRF_COOKIE
 
 from .conftest import work
 from .webtools import csrf, engine_of, text_of
@@ -144,16 +145,148 @@ def test_the_csrf_cookie_is_http_only_and_strict(app: Flask) -> None:
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/pgbus" in cookie
 
 
-# -- a host app that uses Flask-WTF's CSRFProtect ---------------------------------------------
+REFUSED = "security token is missing or out of date"
 
 
-def post_cancel(client: FlaskClient, run: Run, token: str) -> TestResponse:
-    return client.post(f"/pgbus/runs/{run.workflow_id}/actions/cancel", data={"csrf_token": token, "confirmed": "1"})
+def post_cancel(client: FlaskClient, run: Run, token: str, **headers: str) -> TestResponse:
+    return client.post(f"/pgbus/runs/{run.workflow_id}/actions/cancel",
+                       data={"csrf_token": token, "confirmed": "1"}, headers=headers)
 
 
 def started(app: Flask, order_id: int = 1) -> Run:
     with app.app_context():
         return ThreeSteps.start(order_id=order_id)
+
+
+def assert_refused(response: TestResponse, app: Flask, run: Run) -> None:
+    """A 400 that says why, and the run (just started) as it was: still ready, no event since its start."""
+    assert response.status_code == 400
+    assert REFUSED in text_of(response.get_data(as_text=True))
+    after = Run(engine_of(app), run.workflow_id)
+    assert after.status == "ready"
+    assert [e["event"] for e in after.events()] == ["started", "step_scheduled"]
+
+
+def test_the_form_token_is_not_the_cookie(app: Flask) -> None:
+    client = app.test_client()
+    token = csrf(client)
+    cookie = client.get_cookie(CSRF_COOKIE, path="/pgbus")
+    assert cookie is not None and cookie.value != token
+
+
+def test_a_planted_cookie_with_a_matching_unsigned_token_is_refused(app: Flask) -> None:
+    """Cookie tossing: a sibling subdomain sets ``pgbus_csrf`` to a value it knows and posts that value."""
+    run = started(app)
+    client = app.test_client()
+    planted = "A" * 43
+    client.set_cookie(CSRF_COOKIE, planted, path="/pgbus")
+    assert_refused(post_cancel(client, run, planted), app, run)
+
+
+@pytest.mark.settings(PGBUS_DASHBOARD_AUTH=lambda request: request.headers.get("X-User"))
+def test_a_token_from_another_cookie_or_another_operator_is_refused(app: Flask) -> None:
+    run = started(app)
+    mallory, alice = app.test_client(), app.test_client()
+    mallory.environ_base["HTTP_X_USER"] = "mallory"
+    alice.environ_base["HTTP_X_USER"] = "alice"
+    mallorys_token = csrf(mallory)
+    csrf(alice)
+    assert_refused(post_cancel(alice, run, mallorys_token), app, run)
+    # Mallory plants her own cookie in Alice's browser: her token is bound to her, not to Alice.
+    mallorys_cookie = mallory.get_cookie(CSRF_COOKIE, path="/pgbus")
+    assert mallorys_cookie is not None
+    alice.set_cookie(CSRF_COOKIE, mallorys_cookie.value, path="/pgbus")
+    assert_refused(post_cancel(alice, run, mallorys_token), app, run)
+    assert post_cancel(mallory, run, mallorys_token).status_code == 303, "her own pair works for her"
+
+
+@pytest.mark.parametrize("origin", ["https://evil.example", "http://pgbus.evil.example", "http://localhost:8080",
+                                   "null"])
+def test_a_post_from_another_origin_is_refused(app: Flask, origin: str) -> None:
+    run = started(app)
+    client = app.test_client()
+    token = csrf(client)
+    assert_refused(post_cancel(client, run, token, Origin=origin), app, run)
+
+
+@pytest.mark.parametrize("site", ["cross-site", "same-site"])
+def test_a_post_the_browser_calls_cross_site_or_same_site_is_refused(app: Flask, site: str) -> None:
+    """``same-site`` is exactly the sibling subdomain a cookie can be tossed from."""
+    run = started(app)
+    client = app.test_client()
+    token = csrf(client)
+    assert_refused(post_cancel(client, run, token, **{"Sec-Fetch-Site": site}), app, run)
+
+
+@pytest.mark.parametrize("headers", [{}, {"Origin": "http://localhost"}, {"Origin": "http://LOCALHOST:80"},
+                                     {"Sec-Fetch-Site": "same-origin", "Origin": "http://localhost"},
+                                     {"Sec-Fetch-Site": "none"}])
+def test_a_same_origin_post_goes_through(app: Flask, headers: dict[str, str]) -> None:
+    run = started(app)
+    client = app.test_client()
+    response = post_cancel(client, run, csrf(client), **headers)
+    assert response.status_code == 303
+    assert Run(engine_of(app), run.workflow_id).status == "cancelled"
+
+
+def test_the_origin_is_compared_with_the_host_the_browser_asked_for(app: Flask) -> None:
+    run = started(app)
+    client = app.test_client()
+    base = "https://ops.example.com"
+    page = client.get("/pgbus/", base_url=base).get_data(as_text=True)
+    found = re.search(r'<meta name="csrf-token" content="([^"]+)"', page)
+    assert found
+    token = found.group(1)
+    assert_refused(client.post(f"/pgbus/runs/{run.workflow_id}/actions/cancel", base_url=base,
+                               data={"csrf_token": token, "confirmed": "1"},
+                               headers={"Origin": "https://example.com"}), app, run)
+    done = client.post(f"/pgbus/runs/{run.workflow_id}/actions/cancel", base_url=base,
+                       data={"csrf_token": token, "confirmed": "1"}, headers={"Origin": base})
+    assert done.status_code == 303
+
+
+def test_tokens_hold_across_processes_and_key_rotation(app: Flask, pg_url: str, redis_url: str) -> None:
+    """Signed with SECRET_KEY, so any process of the app accepts them; SECRET_KEY_FALLBACKS keeps them valid."""
+    run = started(app)
+    client = app.test_client()
+    token = csrf(client)
+    other = Flask("another_process")
+    other.config.update(TESTING=True, SECRET_KEY="rotated", SECRET_KEY_FALLBACKS=["test"],
+                        PGBUS_DATABASE_URL=pg_url, PGBUS_REDIS_URL=redis_url)
+    PgBus(other)
+    try:
+        cookie = client.get_cookie(CSRF_COOKIE, path="/pgbus")
+        assert cookie is not None
+        there = other.test_client()
+        there.set_cookie(CSRF_COOKIE, cookie.value, path="/pgbus")
+        assert post_cancel(there, run, token).status_code == 303
+    finally:
+        other.extensions["pgbus"].close()
+    assert Run(engine_of(app), run.workflow_id).status == "cancelled"
+
+
+def test_a_debug_app_without_secret_key_signs_with_a_key_of_its_own(app: Flask) -> None:
+    app.testing, app.debug, app.secret_key = False, True, None
+    run = started(app)
+    client = app.test_client()
+    assert post_cancel(client, run, csrf(client)).status_code == 303
+
+
+@pytest.mark.settings(PGBUS_DASHBOARD_PUBLIC=True)
+def test_a_production_app_without_secret_key_refuses_changes_and_says_why(app: Flask) -> None:
+    app.testing, app.secret_key = False, None
+    run = started(app)
+    client = app.test_client()
+    response = post_cancel(client, run, csrf(client))
+    assert response.status_code == 400
+    assert "the app has no SECRET_KEY" in text_of(response.get_data(as_text=True))
+    german = client.post(f"/pgbus/runs/{run.workflow_id}/actions/cancel", headers={"Accept-Language": "de"},
+                         data={"csrf_token": csrf(client), "confirmed": "1"})
+    assert german.status_code == 400 and "weil die App keinen SECRET_KEY hat" in text_of(german.get_data(as_text=True))
+    assert Run(engine_of(app), run.workflow_id).status == "ready"
+
+
+# -- a host app that uses Flask-WTF's CSRFProtect ---------------------------------------------
 
 
 @pytest.fixture(params=["before", "after"])
@@ -207,9 +340,7 @@ def test_dashboard_actions_work_in_an_app_with_csrfprotect(host_app: Flask) -> N
     assert {Run(engine, r.workflow_id).status for r in group} == {"cancelled"}
     # The dashboard's own check still stands.
     other = started(host_app, 2)
-    refused = post_cancel(host_app.test_client(), other, token)
-    assert refused.status_code == 400 and "security token is missing" in text_of(refused.get_data(as_text=True))
-    assert Run(engine, other.workflow_id).status == "ready"
+    assert_refused(post_cancel(host_app.test_client(), other, token), host_app, other)
 
 
 def test_the_host_apps_own_forms_stay_protected(host_app: Flask) -> None:

@@ -32,14 +32,17 @@ def sql(app: Flask, query: str, *params: Any) -> None:
 
 
 def csrf(client: FlaskClient, page: str = "/pgbus/") -> str:
-    """Open ``page`` (which sets the CSRF cookie) and return the token its forms carry."""
+    """Open ``page`` (which sets the CSRF cookie) and return the token its forms carry.
+
+    The token is signed, not the cookie's value: pages without a form carry it in
+    ``<meta name="csrf-token">``.
+    """
     body = client.get(page).get_data(as_text=True)
-    found = re.search(r'name="csrf_token" value="([^"]+)"', body)
-    if found:
-        return found.group(1)
-    cookie = client.get_cookie("pgbus_csrf", path="/pgbus")
-    assert cookie is not None, "no CSRF cookie was set"
-    return cookie.value
+    found = (re.search(r'name="csrf_token" value="([^"]+)"', body)
+             or re.search(r'<meta name="csrf-token" content="([^"]+)"', body))
+    assert found is not None, f"{page} carries no CSRF token"
+    assert client.get_cookie("pgbus_csrf", path="/pgbus") is not None, "no CSRF cookie was set"
+    return html.unescape(found.group(1))
 
 
 def count_testid(page: str, name: str) -> int:

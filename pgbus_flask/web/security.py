@@ -1,16 +1,38 @@
-"""Who may use the dashboard (``PGBUS_DASHBOARD_AUTH``) and the CSRF token of its forms.
+"""Who may use the dashboard (``PGBUS_DASHBOARD_AUTH``) and the CSRF check of its forms.
 
-The CSRF token is a random value kept in a ``SameSite=Strict`` HttpOnly cookie
-and repeated in every form (double submit): a POST whose form field does not
-match the cookie is refused with 400 before anything changes. It needs no
-``SECRET_KEY`` and no session, so it works in any host app.
+Every POST passes three checks before anything changes, each refusing with 400:
+
+- the browser's own word, when it gives one: ``Sec-Fetch-Site`` must be
+  ``same-origin`` or ``none`` (``same-site`` is refused too: it is exactly the
+  sibling subdomain that could plant a cookie), and ``Origin`` must name the
+  host the request was sent to;
+- a signed double-submit token: the ``pgbus_csrf`` cookie (HttpOnly,
+  ``SameSite=Strict``) holds a random value, and the form repeats an HMAC of
+  that value and of the operator's name, keyed with the app's ``SECRET_KEY``.
+  A sibling subdomain can toss in a cookie of its own but cannot compute the
+  form token that goes with it, nor reuse its own operator's pair for another.
+
+The key is ``SECRET_KEY`` (``SECRET_KEY_FALLBACKS`` are still accepted, so a
+rotation does not break open pages), so every process of the app accepts
+every other's forms, as with Flask's session. An app without one gets a
+random key per process in debug and testing (one process, and a restart asks
+for a reload); in production the dashboard then refuses every change and
+says to set ``SECRET_KEY``, rather than fail now and then behind several workers.
+
+The dashboard is exempt from the host app's Flask-WTF ``CSRFProtect``
+(its forms carry this token, not the host's); the host's own views stay protected.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
+import logging
+import re
 import secrets
-from typing import Any
+from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 from flask import Blueprint, Flask, current_app, g, request
 from flask.blueprints import BlueprintSetupState
@@ -22,6 +44,13 @@ from .i18n import gettext
 
 CSRF_COOKIE = "pgbus_csrf"
 CSRF_FIELD = "csrf_token"
+
+log = logging.getLogger("pgbus_flask.web")
+
+_COOKIE_VALUE = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32)
+# Apps without SECRET_KEY in debug/testing: valid in this process only.
+_PROCESS_KEY = secrets.token_bytes(32)
+_SAFE_FETCH_SITES = ("same-origin", "none")
 
 
 def authenticate(settings: Settings, app: Flask) -> str:
@@ -46,25 +75,40 @@ def authenticate(settings: Settings, app: Flask) -> str:
 
 
 def csrf_token() -> str:
-    """This browser's token (made on first use; the response then sets the cookie)."""
-    token = g.get("pgbus_csrf")
-    if token is None:
-        token = request.cookies.get(CSRF_COOKIE)
-        if not token or len(token) < 32:
-            token = secrets.token_urlsafe(32)
+    """The token this browser's forms carry (its cookie is made on first use and set by the response)."""
+    cookie = g.get("pgbus_csrf")
+    if cookie is None:
+        cookie = request.cookies.get(CSRF_COOKIE, "")
+        if not _COOKIE_VALUE.fullmatch(cookie):
+            cookie = secrets.token_urlsafe(32)
             g.pgbus_csrf_new = True
-        g.pgbus_csrf = token
-    return str(token)
+        g.pgbus_csrf = cookie
+    return _sign(_keys(current_app)[0], cookie, g.get("pgbus_actor") or "")
 
 
 def check_csrf() -> None:
-    """Refuse (400) a POST whose token is missing or does not match the cookie."""
-    cookie = request.cookies.get(CSRF_COOKIE) or ""
-    sent = request.form.get(CSRF_FIELD) or ""
-    if not cookie or not sent or not hmac.compare_digest(cookie.encode(), sent.encode()):
+    """Refuse (400) a POST sent from another site, or whose token is missing or not this browser's."""
+    app = current_app
+    if not (app.secret_key or app.debug or app.testing):
+        log.warning("pgbus dashboard: refused a form because the app has no SECRET_KEY to check it with")
         raise BadRequest(gettext(
-            "The form's security token is missing or out of date. Nothing was changed: reload the page and try "
-            "again."))
+            "The dashboard cannot check this form because the app has no SECRET_KEY. Nothing was changed: set "
+            "SECRET_KEY in the app's configuration (the same value in every process)."))
+    site = request.headers.get("Sec-Fetch-Site")
+    origin = request.headers.get("Origin")
+    if site is not None and site not in _SAFE_FETCH_SITES:
+        _refuse(f"the browser sent it from another site (Sec-Fetch-Site: {site!r})")
+    if origin is not None and not _same_host(origin, request.host):
+        _refuse(f"it came from {origin!r}, not from this host {request.host!r} (behind a proxy that changes "
+                "the Host header, use werkzeug's ProxyFix)")
+    cookie = request.cookies.get(CSRF_COOKIE, "")
+    sent = request.form.get(CSRF_FIELD, "")
+    if not _COOKIE_VALUE.fullmatch(cookie) or not sent:
+        _refuse("")
+    actor = g.get("pgbus_actor") or ""
+    if not any(hmac.compare_digest(_sign(key, cookie, actor).encode(), sent.encode("utf-8", "replace"))
+               for key in _keys(app)):
+        _refuse("")
 
 
 def set_csrf_cookie(response: Response, path: str) -> None:
@@ -108,3 +152,40 @@ def _host_csrf(app: Any) -> Any:
     except ImportError:
         return None
     return host if isinstance(host, CSRFProtect) else None
+
+
+def _keys(app: Flask) -> list[bytes]:
+    """The signing key first, then the keys still accepted."""
+    keys = [app.secret_key, *(app.config.get("SECRET_KEY_FALLBACKS") or ())]
+    found = [key.encode() if isinstance(key, str) else bytes(key) for key in keys if key]
+    return found or [_PROCESS_KEY]
+
+
+def _sign(key: bytes, cookie: str, actor: str) -> str:
+    message = b"\0".join((b"pgbus_flask.csrf", cookie.encode(), actor.encode("utf-8", "surrogatepass")))
+    return base64.urlsafe_b64encode(hmac.new(key, message, hashlib.sha256).digest()).rstrip(b"=").decode()
+
+
+def _same_host(origin: str, host: str) -> bool:
+    """Whether ``Origin`` names ``host`` (default ports aside; the scheme may differ behind a TLS proxy)."""
+    try:
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or parts.path or parts.query:
+            return False
+        sent = _host_and_port(parts.netloc)
+        return sent[0] is not None and sent == _host_and_port(host)
+    except ValueError:
+        return False
+
+
+def _host_and_port(netloc: str) -> tuple[str | None, int | None]:
+    parts = urlsplit("//" + netloc)
+    port = parts.port
+    return parts.hostname, None if port in (80, 443) else port
+
+
+def _refuse(why: str) -> NoReturn:
+    if why:
+        log.warning("pgbus dashboard: refused a form because %s", why)
+    raise BadRequest(gettext(
+        "The form's security token is missing or out of date. Nothing was changed: reload the page and try again."))
