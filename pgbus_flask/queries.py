@@ -1,26 +1,46 @@
 """Reads for the dashboard, the CLI and operators: counts, stuck reasons, the
-attention groups, run lists with keyset pagination, batch progress, and the
-bulk verbs over an attention group.
+attention groups, run lists with keyset pagination, batch progress, the
+bulk verbs over an attention group, and run ids given by a prefix.
 """
 
 from __future__ import annotations
 
 import contextlib
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg import sql
 
-from . import runner, states
+from . import payload, runner, states
 from .engine import Engine
-from .errors import PgbusError
+from .errors import InvalidInput, PgbusError, WorkflowNotFound
 
 Row = dict[str, Any]
 
 GROUP_LIMIT = 200
 IDS_LIMIT = 500
 PAUSED_REASONS = ("stalled", "paused_error", "paused_manual")
+#: A run list's page size is 1 to this many runs.
+MAX_LIMIT = 200
+#: The fewest hex digits a run id prefix may have (a verb must not land on a run by chance).
+MIN_PREFIX = 4
+#: How many candidates an ambiguous prefix lists.
+PREFIX_CANDIDATES = 5
+_ID_TEMPLATE = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+_HEX = frozenset("0123456789abcdef")
+# The runs whose ids lie in [low, high]: a range scan of the unique index on workflow_id.
+RUNS_BY_ID_RANGE = ("SELECT workflow_id, workflow_class, status FROM pgbus_workflows"
+                    " WHERE workflow_id BETWEEN %s AND %s ORDER BY workflow_id LIMIT %s")
+
+
+def _checked(*filters: tuple[str, str | None]) -> None:
+    """Refuse a filter value PostgreSQL cannot compare (a NUL or a lone surrogate) with
+    :class:`InvalidInput` naming the filter, instead of a driver error."""
+    for name, value in filters:
+        if value:
+            payload.check_text(value, name, required=False)
 
 
 def status_counts(engine: Engine) -> dict[tuple[str, str], int]:
@@ -117,6 +137,7 @@ def _fetch_stuck(engine: Engine, query: str, params: Row) -> list[tuple[Any, ...
 def stuck_reason_counts(engine: Engine, workflow_class: str | None = None,
                         now: datetime | None = None) -> dict[tuple[str, str], int]:
     """``{(workflow_class, reason): runs}`` of ongoing runs that need a person."""
+    _checked(("class", workflow_class))
     params, waiting = _params(engine, now, workflow_class)
     query = (f"SELECT workflow_class, reason, count(*) FROM ({_stuck_sql(waiting, workflow_class is not None)}) x"
              " GROUP BY 1, 2")
@@ -142,6 +163,7 @@ class AttentionGroup:
 def attention_groups(engine: Engine, workflow_class: str | None = None, *, limit: int = GROUP_LIMIT,
                      now: datetime | None = None) -> list[AttentionGroup]:
     """Stuck runs grouped by (class, step, reason, error class), the biggest group first."""
+    _checked(("class", workflow_class))
     params, waiting = _params(engine, now, workflow_class)
     params["limit"] = min(int(limit), GROUP_LIMIT)
     query = f"""
@@ -160,7 +182,8 @@ def attention_ids(engine: Engine, workflow_class: str, step_name: str, reason: s
                   limit: int = IDS_LIMIT, now: datetime | None = None) -> list[Any]:
     """The workflow ids of one attention group, oldest stuck first, at most ``limit`` (500)."""
     if reason not in states.STUCK_REASONS:
-        raise PgbusError(f"unknown stuck reason {reason!r} (known: {', '.join(states.STUCK_REASONS)})")
+        raise InvalidInput("stuck reason", f"{reason!r} is unknown (known: {', '.join(states.STUCK_REASONS)})")
+    _checked(("class", workflow_class), ("step", step_name), ("error class", error_class))
     params, waiting = _params(engine, now, workflow_class)
     params.update(step=step_name, reason=reason, error=error_class, limit=min(int(limit), IDS_LIMIT))
     query = f"""
@@ -185,7 +208,7 @@ def bulk_act(engine: Engine, action: str, group: dict[str, Any], *, actor: str, 
              limit: int = IDS_LIMIT) -> BulkResult:
     """Apply ``resume``, ``skip`` or ``cancel`` to the runs of one attention group (at most 500)."""
     if action not in states.BULK_ACTIONS:
-        raise PgbusError(f"bulk action must be one of {', '.join(states.BULK_ACTIONS)}, got {action!r}")
+        raise InvalidInput("bulk action", f"must be one of {', '.join(states.BULK_ACTIONS)}, got {action!r}")
     ids = attention_ids(engine, group["workflow_class"], group["step_name"], group["reason"],
                         group.get("error_class"), limit=limit)
     result = BulkResult(action)
@@ -198,6 +221,64 @@ def bulk_act(engine: Engine, action: str, group: dict[str, Any], *, actor: str, 
             result.refused += 1
             result.errors[str(workflow_id)] = str(exc)
     return result
+
+
+# -- run ids by prefix ------------------------------------------------------
+
+
+def run_id_range(text: str) -> tuple[uuid.UUID, uuid.UUID] | None:
+    """The lowest and highest run id starting with ``text`` (hex digits, in either case, with
+    the dashes of the canonical form where it has them, or none), or None when no id can.
+
+    A range rather than ``workflow_id::text LIKE 'prefix%'`` so that PostgreSQL answers from the
+    unique index on ``workflow_id`` (uuids compare byte by byte, in the order of their hex text).
+    """
+    t = text.strip().lower()
+    if not t or len(t) > len(_ID_TEMPLATE):
+        return None
+    if "-" in t:
+        if any((c == "-") != (_ID_TEMPLATE[i] == "-") for i, c in enumerate(t)):
+            return None
+        t = t.replace("-", "")
+    if len(t) > 32 or not set(t) <= _HEX:
+        return None
+    return uuid.UUID(t.ljust(32, "0")), uuid.UUID(t.ljust(32, "f"))
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """``text`` for an error message: printable, one line, not too long."""
+    shown = text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
+    return shown if len(shown) <= limit else shown[:limit] + "..."
+
+
+def resolve_run_id(engine: Engine, text: str) -> uuid.UUID:
+    """The id of the one run whose id is ``text``, or starts with it (at least 4 hex digits, as
+    ``5f0c1a2b`` or ``5f0c1a2b-3c``). :class:`WorkflowNotFound` when no run matches,
+    :class:`InvalidInput` when ``text`` cannot begin a run id, is too short, or matches several
+    runs (a few are named)."""
+    if not isinstance(text, str):
+        raise InvalidInput("run id", f"must be a string, got {type(text).__name__}")
+    bounds = run_id_range(text)
+    if bounds is None:
+        with contextlib.suppress(ValueError):
+            return uuid.UUID(text.strip())  # the {...} and urn:uuid: spellings of a whole id
+        raise InvalidInput("run id", f"'{_shown(text)}' is not a run id or the start of one"
+                                     " (hex digits such as 5f0c1a2b)")
+    low, high = bounds
+    if low == high:
+        return low
+    digits = text.strip().lower()
+    if len(digits.replace("-", "")) < MIN_PREFIX:
+        raise InvalidInput("run id", f"{digits!r} is too short: give at least {MIN_PREFIX} characters of the id")
+    with engine.db.reading() as conn:
+        rows = conn.execute(RUNS_BY_ID_RANGE, (low, high, PREFIX_CANDIDATES + 1)).fetchall()
+    if not rows:
+        raise WorkflowNotFound(f"{digits}...")
+    if len(rows) > 1:
+        many = f"more than {PREFIX_CANDIDATES}" if len(rows) > PREFIX_CANDIDATES else str(len(rows))
+        listed = ", ".join(f"{r[0]} ({_shown(r[1])}, {r[2]})" for r in rows[:PREFIX_CANDIDATES])
+        raise InvalidInput("run id", f"{digits} matches {many} runs: {listed}; give more of the id")
+    return rows[0][0]  # type: ignore[no-any-return]
 
 
 # -- run lists ---------------------------------------------------------------
@@ -218,14 +299,21 @@ class RunFilter:
     limit: int = 50
 
 
+def like_escape(text: str) -> str:
+    """``text`` with LIKE's wildcards (and its escape character) escaped, to match itself."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
     """Runs newest first, each with its latest step; and the cursor of the next page (or None)."""
     if f.status and f.status not in states.RUN_STATUSES:
-        raise PgbusError(f"unknown status {f.status!r} (known: {', '.join(states.RUN_STATUSES)})")
+        raise InvalidInput("status", f"{f.status!r} is unknown (known: {', '.join(states.RUN_STATUSES)})")
     if f.reason and f.reason not in states.STUCK_REASONS:
-        raise PgbusError(f"unknown stuck reason {f.reason!r} (known: {', '.join(states.STUCK_REASONS)})")
-    limit = max(1, min(int(f.limit), 200))
-    where = [sql.SQL("TRUE")]
+        raise InvalidInput("stuck reason", f"{f.reason!r} is unknown (known: {', '.join(states.STUCK_REASONS)})")
+    _checked(("class", f.workflow_class), ("step", f.step), ("error class", f.error_class),
+             ("subject", f.subject), ("text", f.text))
+    limit = max(1, min(int(f.limit), MAX_LIMIT))
+    where: list[sql.Composable] = [sql.SQL("TRUE")]
     params: Row = {"limit": limit + 1}
     if f.workflow_class:
         where.append(sql.SQL("w.workflow_class = %(cls)s"))
@@ -243,11 +331,16 @@ def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
         if ident:
             where.append(sql.SQL("w.subject_id = %(sid)s"))
             params["sid"] = ident
-    if f.text:
-        where.append(sql.SQL("(w.workflow_id::text LIKE %(text_prefix)s OR w.subject_id = %(text)s"
-                             " OR (w.subject_type || ' ' || w.subject_id) ILIKE %(text_like)s)"))
-        params.update(text=f.text.strip(), text_prefix=f.text.strip().lower() + "%",
-                      text_like="%" + f.text.strip().replace("%", r"\%").replace("_", r"\_") + "%")
+    if f.text and f.text.strip():
+        text = f.text.strip()
+        matches: list[sql.Composable] = [sql.SQL("w.subject_id = %(text)s"),
+                   sql.SQL("(w.subject_type || ' ' || w.subject_id) ILIKE %(text_like)s")]
+        params.update(text=text, text_like="%" + like_escape(text) + "%")
+        bounds = run_id_range(text)
+        if bounds is not None:  # the run ids starting with the text, from the unique index
+            matches.insert(0, sql.SQL("w.workflow_id BETWEEN %(id_low)s AND %(id_high)s"))
+            params.update(id_low=bounds[0], id_high=bounds[1])
+        where.append(sql.SQL("({})").format(sql.SQL(" OR ").join(matches)))
     if f.before:
         where.append(sql.SQL("w.id < %(before)s"))
         params["before"] = f.before
