@@ -1,11 +1,21 @@
-"""``flask pgbus ...``: migrate, sweep, read runs and act on them (actor ``cli:$USER``)."""
+"""``flask pgbus ...``: migrate, sweep, read runs and act on them (actor ``cli:$USER``).
+
+A run is named by its id or a unique prefix of it (at least 4 hex digits). Bad
+input (a malformed value, an ambiguous prefix, anything pgbus refuses as
+:class:`~pgbus_flask.errors.InvalidInput`) ends as a one-line message and exit
+status 2 with nothing changed; every other pgbus error (no such run, a verb not
+allowed now, PostgreSQL down) as a one-line message and exit status 1. Text that
+came from users or steps is printed with control and bidi characters escaped, so
+it cannot drive or reorder the terminal.
+"""
 
 from __future__ import annotations
 
 import getpass
 import json
+import re
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import click
@@ -14,8 +24,46 @@ from flask.cli import with_appcontext
 
 from . import payload, queries, runner, states
 from .engine import Engine
-from .errors import PgbusError
+from .errors import InvalidInput, PgbusError, StepNotDefined
 from .handle import Run
+
+# C0 and C1 controls (escape sequences, cursor moves, 8-bit CSI), DEL, the bidi marks,
+# embeddings, overrides and isolates, line/paragraph separators, and lone surrogates
+# (which a UTF-8 terminal cannot be sent at all).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+#: Longer error messages are cut (a 100 kB name must not flood the terminal).
+MESSAGE_LIMIT = 500
+# What the caller got wrong (exit status 2); every other pgbus error exits with 1.
+_BAD_INPUT = (InvalidInput, StepNotDefined)
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    char = match.group()
+    return _NAMED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
+def terminal_safe(text: Any) -> str:
+    """``text`` with every character that could move the cursor, clear or recolour the screen,
+    or reorder the line written as a visible escape (``\\x1b``, ``\\u202e``)."""
+    return _UNSAFE.sub(_escape_char, str(text))
+
+
+def _echo(line: str) -> None:
+    click.echo(terminal_safe(line))
+
+
+def _message(exc: Exception) -> str:
+    text = terminal_safe(exc)
+    if len(text) > MESSAGE_LIMIT:
+        text = f"{text[:MESSAGE_LIMIT]}... ({len(text) - MESSAGE_LIMIT:,} more characters)"
+    return text
+
+
+class BadInput(click.ClickException):
+    """A value the command cannot use: its message, and exit status 2 (as click's usage errors)."""
+
+    exit_code = 2
 
 
 def _engine() -> Engine:
@@ -27,27 +75,24 @@ def _engine() -> Engine:
 
 def _actor() -> str:
     try:
-        return "cli:" + getpass.getuser()
+        user = getpass.getuser()
     except Exception:
-        return "cli:unknown"
-
-
-def _fail(exc: Exception) -> click.ClickException:
-    return click.ClickException(str(exc))
-
-
-def _json(value: Any) -> str:
-    return json.dumps(payload.to_json(value), indent=2, default=str, ensure_ascii=False)
+        user = "unknown"
+    # The login name comes from the environment: escape and cut it (48 characters stay within
+    # states.ACTOR_LIMIT bytes) rather than have every verb refuse it.
+    return "cli:" + terminal_safe(user)[:48]
 
 
 class _PgbusGroup(click.Group):
-    """Every pgbus error (bad input, PostgreSQL down, schema missing) ends as a one-line message."""
+    """Every pgbus error ends as a one-line message: bad input with exit status 2, the rest 1."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except _BAD_INPUT as exc:
+            raise BadInput(_message(exc)) from None
         except PgbusError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(_message(exc)) from None
 
 
 @click.group("pgbus", cls=_PgbusGroup, help="pgbus-flask workflows: schema, sweep, runs and the verbs on them.")
@@ -61,10 +106,7 @@ def migrate_cmd() -> None:
     """Apply missing schema migrations (safe to run twice, and concurrently)."""
     from .migrate import migrate
 
-    try:
-        applied = migrate(_engine().db)
-    except PgbusError as exc:
-        raise _fail(exc) from None
+    applied = migrate(_engine().db)
     click.echo("applied: " + ", ".join(applied) if applied else "schema is up to date")
 
 
@@ -78,7 +120,7 @@ def sweep_cmd(loop: bool) -> None:
     engine = _engine()
     while True:
         report = sweep(engine)
-        click.echo(str(report) if report.ran else "another sweeper holds the lock; nothing done")
+        _echo(str(report) if report.ran else "another sweeper holds the lock; nothing done")
         if not loop:
             return
         time.sleep(engine.settings.sweep_interval.total_seconds())
@@ -89,7 +131,8 @@ def sweep_cmd(loop: bool) -> None:
 @click.option("--status", type=click.Choice(states.RUN_STATUSES))
 @click.option("--step", help="current step")
 @click.option("--reason", type=click.Choice(states.STUCK_REASONS), help="stuck reason")
-@click.option("--limit", default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(1, queries.MAX_LIMIT), default=50, show_default=True,
+              help=f"how many runs (1 to {queries.MAX_LIMIT})")
 @with_appcontext
 def runs_cmd(workflow_class: str | None, status: str | None, step: str | None, reason: str | None,
              limit: int) -> None:
@@ -98,59 +141,82 @@ def runs_cmd(workflow_class: str | None, status: str | None, step: str | None, r
                                                              step=step, reason=reason, limit=limit))
     for row in rows:
         subject = f"{row['subject_type']} {row['subject_id']}" if row["subject_type"] else "-"
-        click.echo(f"{row['workflow_id']}  {row['workflow_class']:<24} {row['status']:<9} "
-                   f"{row['current_step']:<20} {subject}")
+        _echo(f"{row['workflow_id']}  {terminal_safe(row['workflow_class']):<24} {row['status']:<9} "
+              f"{terminal_safe(row['current_step']):<20} {subject}")
     if not rows:
         click.echo("no runs")
 
 
 def _run(workflow_id: str) -> Run:
-    try:
-        return Run(_engine(), workflow_id)
-    except PgbusError as exc:
-        raise _fail(exc) from None
+    """The run named by its id or a unique prefix of it."""
+    engine = _engine()
+    return Run(engine, queries.resolve_run_id(engine, workflow_id))
 
 
 @pgbus_cli.command("show")
 @click.argument("workflow_id")
 @with_appcontext
 def show_cmd(workflow_id: str) -> None:
-    """One run: status, actions, steps and the audit trail."""
+    """One run (by its id or a unique prefix of it): status, actions, steps and the audit trail."""
     run = _run(workflow_id)
-    click.echo(f"{run.workflow_class} {run.workflow_id}")
-    click.echo(f"  status: {run.status}   current step: {run.current_step}")
+    _echo(f"{run.workflow_class} {run.workflow_id}")
+    _echo(f"  status: {run.status}   current step: {run.current_step}")
     if run.subject:
-        click.echo(f"  subject: {run.subject[0]} {run.subject[1]}")
-    click.echo(f"  actions: {', '.join(run.available_actions) or 'none'}")
+        _echo(f"  subject: {run.subject[0]} {run.subject[1]}")
+    _echo(f"  actions: {', '.join(run.available_actions) or 'none'}")
     plan = run.resume_plan()
     if plan:
-        click.echo(f"  resume will: {plan.action} {plan.step or ''}".rstrip())
+        _echo(f"  resume will: {plan.action} {plan.step or ''}".rstrip())
     if run.definition_outdated:
         click.echo("  started on an older definition of its class")
     click.echo("  steps:")
     for s in run.steps():
         error = f"  {s['error_class']}: {s['error_message']}" if s["error_class"] else ""
-        click.echo(f"    {s['step_name']} #{s['attempt']}  {s['status']}{error}")
+        _echo(f"    {s['step_name']} #{s['attempt']}  {s['status']}{error}")
     click.echo("  events:")
     for e in run.events():
         step = f" {e['step_name']} #{e['attempt']}" if e["step_name"] else ""
         why = f": {e['reason']}" if e["reason"] else ""
-        click.echo(f"    {e['created_at']:%Y-%m-%d %H:%M:%S}  {e['event']} by {e['actor']}{step}{why}")
+        _echo(f"    {e['created_at']:%Y-%m-%d %H:%M:%S}  {e['event']} by {e['actor']}{step}{why}")
+
+
+def _quoted(value: str, limit: int = 60) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= limit else shown[:limit] + "...'"
+
+
+class _Moment(click.ParamType):
+    """An ISO 8601 date and time with a timezone that PostgreSQL can store."""
+
+    name = "datetime"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        example = "such as 2030-01-01T09:00+00:00"
+        try:
+            at = datetime.fromisoformat(value)
+        except (TypeError, ValueError):
+            self.fail(f"{_quoted(value)} is not an ISO 8601 date and time ({example})", param, ctx)
+        if at.utcoffset() is None:
+            self.fail(f"{_quoted(value)} has no timezone ({example})", param, ctx)
+        try:
+            at.astimezone(timezone.utc)
+        except OverflowError:
+            self.fail(f"{_quoted(value)} is out of range once converted to UTC", param, ctx)
+        return at
 
 
 def _verb(name: str, help_text: str, extra: list[Any] | None = None) -> None:
     def command(workflow_id: str, reason: str | None, **params: Any) -> None:
         run = _run(workflow_id)
-        try:
-            result = run.act(name.replace("-", "_"), actor=_actor(), reason=reason, **params)
-        except PgbusError as exc:
-            raise _fail(exc) from None
+        result = run.act(name.replace("-", "_"), actor=_actor(), reason=reason, **params)
         if name == "resume":
-            click.echo(f"resumed: {result.action} {result.step or ''}".rstrip())
-        click.echo(f"{run.workflow_id}: {run.status} at {run.current_step}")
+            _echo(f"resumed: {result.action} {result.step or ''}".rstrip())
+        _echo(f"{run.workflow_id}: {run.status} at {run.current_step}")
 
     command.__name__ = name.replace("-", "_") + "_cmd"
-    command.__doc__ = help_text
+    command.__doc__ = help_text + " WORKFLOW_ID is a run's id or a unique prefix of it."
     decorated: Any = click.option("--reason", help="why (recorded in the audit trail)")(command)
     for option in extra or []:
         decorated = option(decorated)
@@ -163,7 +229,7 @@ _verb("resume", "Resume a paused run (what its resume plan says).")
 _verb("resume-at", "Cancel the open step and run STEP fresh.", [click.argument("step")])
 _verb("run-now", "Send a run's future step now.")
 _verb("reschedule", "Move a ready run's step to AT (ISO 8601 with a timezone).",
-      [click.argument("at", type=datetime.fromisoformat)])
+      [click.argument("at", type=_Moment())])
 _verb("skip", "Skip the current step.")
 _verb("rerun", "Run a finished or cancelled run again, from its first step or --step.",
       [click.option("--step", default=None)])
@@ -178,18 +244,23 @@ _verb("cancel", "Cancel a run.")
 @click.option("--reason", default=None)
 @with_appcontext
 def signal_cmd(workflow_id: str, name: str, data: str | None, key: str | None, reason: str | None) -> None:
-    """Send signal NAME to a run."""
+    """Send signal NAME to a run (by its id or a unique prefix of it)."""
     try:
         value = json.loads(data) if data is not None else None
-    except json.JSONDecodeError as exc:
-        raise click.ClickException(f"--payload is not JSON: {exc}") from None
+    except RecursionError:
+        raise BadInput("--payload is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer too long to convert
+        raise BadInput(f"--payload is not JSON: {_message(exc)}") from None
+    # Checked here too so that a bad name or payload is bad input (the runner's SignalRefused
+    # also means "the run has ended").
+    payload.check_text(name, "signal name", allow_newlines=False)
+    if len(name) > states.NAME_LIMIT:
+        raise BadInput(f"signal name is {len(name):,} characters long; at most {states.NAME_LIMIT} are allowed")
+    payload.to_json(value, what="--payload")
     run = _run(workflow_id)
-    try:
-        result = run.signal(name, value, idempotency_key=key, actor=_actor(), reason=reason)
-    except PgbusError as exc:
-        raise _fail(exc) from None
+    result = run.signal(name, value, idempotency_key=key, actor=_actor(), reason=reason)
     what = "duplicate delivery: already stored as" if result.duplicate_delivery else "stored"
-    click.echo(f"{what} signal {result.id} ({result.status}); run is {run.status}")
+    _echo(f"{what} signal {result.id} ({result.status}); run is {run.status}")
 
 
 @pgbus_cli.command("attention")
@@ -199,8 +270,9 @@ def attention_cmd(workflow_class: str | None) -> None:
     """Stuck runs grouped by class, step, reason and error, biggest first."""
     groups = queries.attention_groups(_engine(), workflow_class)
     for g in groups:
-        click.echo(f"{g.count:>6}  {g.workflow_class}  {g.step_name}  {g.reason}  {g.error_class or '-'}"
-                   f"  last {g.last_seen_at:%Y-%m-%d %H:%M}  {g.error_message or ''}"[:200])
+        line = terminal_safe(f"{g.count:>6}  {g.workflow_class}  {g.step_name}  {g.reason}  {g.error_class or '-'}"
+                             f"  last {g.last_seen_at:%Y-%m-%d %H:%M}  {g.error_message or ''}")
+        click.echo(line[:200])
     if not groups:
         click.echo("nothing needs attention")
 
@@ -220,12 +292,19 @@ def bulk_cmd(action: str, workflow_class: str, step: str, stuck: str, error_clas
     engine = _engine()
     ids = queries.attention_ids(engine, workflow_class, step, stuck, error_class)
     moved = refused = 0
+    first_refusal = ""
+    actor = _actor()
     verb = getattr(runner, action)
     with click.progressbar(ids, label=f"{action} {len(ids)} runs") as bar:
         for workflow_id in bar:
             try:
-                verb(engine, workflow_id, actor=_actor(), reason=reason)
+                verb(engine, workflow_id, actor=actor, reason=reason)
                 moved += 1
-            except PgbusError:
+            except _BAD_INPUT:
+                raise  # the same input is refused for every run: stop at the first, nothing changed
+            except PgbusError as exc:
                 refused += 1
+                first_refusal = first_refusal or f"{workflow_id}: {_message(exc)}"
     click.echo(f"{action}: {moved} moved, {refused} refused")
+    if first_refusal:
+        click.echo(f"first refused: {first_refusal}")
