@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import engine as _engine
+from . import logs as _logs
 from .errors import (
     ActionNotAllowed,
     ArgumentsNotSerializable,
@@ -21,6 +22,9 @@ from .errors import (
 from .extension import PgBus
 from .handle import Run
 from .workflow import Workflow, step
+
+
+_logs.install()
 
 
 def default_engine_is_unset() -> bool:

@@ -21,7 +21,8 @@ from psycopg import pq
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .errors import DatabaseError, DatabaseUnavailable, PgbusError, SchemaMissing
+from .config import redact
+from .errors import ConfigError, DatabaseError, DatabaseUnavailable, PgbusError, SchemaMissing
 
 log = logging.getLogger("pgbus_flask")
 
@@ -76,8 +77,9 @@ def translate(exc: BaseException) -> PgbusError | None:
 
 
 def _first_line(exc: BaseException) -> str:
+    """The first line of a driver error, with any password in it hidden."""
     text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    return redact(text[0]) if text else type(exc).__name__
 
 
 class Transaction:
@@ -147,7 +149,11 @@ class Database:
                 if self._pool is None:
                     # One direct connection first: a refused or unknown server fails at once
                     # instead of after the pool's timeout (a dashboard page should not hang).
-                    psycopg.connect(self.url, connect_timeout=5).close()
+                    try:
+                        psycopg.connect(self.url, connect_timeout=5).close()
+                    except psycopg.ProgrammingError as exc:  # libpq could not parse it (and may quote it)
+                        raise ConfigError("PGBUS_DATABASE_URL", f"is not a connection string libpq accepts: "
+                                                                f"{_first_line(exc)}") from None
                     pool = ConnectionPool(
                         self.url, min_size=1, max_size=self.max_size, open=False,
                         kwargs={"autocommit": True}, timeout=10, name="pgbus",

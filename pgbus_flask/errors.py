@@ -119,8 +119,14 @@ class StepNotDefined(PgbusError):
         super().__init__(f"{workflow_class} has no step {step_name!r}" + (f" (steps: {names})" if names else ""))
 
 
-class SignalRefused(PgbusError):
-    """A signal cannot be stored: bad name or payload, or the run has ended."""
+class SignalRefused(InvalidInput):
+    """A signal cannot be stored: a bad name or payload (a signal to an ended run is
+    ActionNotAllowed)."""
+
+    def __init__(self, message: str, field: str = "signal") -> None:
+        PgbusError.__init__(self, message)
+        self.field = field
+        self.problem = message
 
 
 class StepStalled(PgbusError):

@@ -831,7 +831,7 @@ def send_signal(engine: Engine, workflow_id: Any, name: str, data: Any = None, *
     """
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         raise SignalRefused(f"signal name must be a non-empty string of at most 200 characters, got "
-                            f"{payload.safe_str(repr(name))[:220]}")
+                            f"{payload.safe_str(repr(name))[:220]}", "signal name")
     payload.check_text(name, "signal name", allow_newlines=False)
     if idempotency_key is not None:
         payload.check_text(idempotency_key, "idempotency_key", max_bytes=states.KEY_LIMIT)
@@ -839,7 +839,7 @@ def send_signal(engine: Engine, workflow_id: Any, name: str, data: Any = None, *
     try:
         data_json = payload.to_json(data, what="the signal payload")
     except ArgumentsNotSerializable as exc:
-        raise SignalRefused(str(exc)) from None
+        raise SignalRefused(str(exc), "payload") from None
     with engine.db.transaction() as tx:
         run, _latest, _klass = _check(engine, tx, "signal", workflow_id)
         row = _q(

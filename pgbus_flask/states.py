@@ -55,7 +55,7 @@ WAIT_TIMEOUT_ERROR = "pgbus_flask.errors.WaitTimedOut"
 #: Keys and ids PostgreSQL indexes (idempotency keys, subject ids) are refused past this many
 #: UTF-8 bytes: a B-tree entry must fit in a third of a page (2,704 bytes), with the class name.
 KEY_LIMIT = 1_000
-#: Subject types and signal names, in UTF-8 bytes.
+#: Subject types, in UTF-8 bytes (signal names: at most 200 characters).
 NAME_LIMIT = 200
 #: Actors, in UTF-8 bytes.
 ACTOR_LIMIT = 200

@@ -195,3 +195,27 @@ def test_the_worker_prints_a_bad_url_without_its_password() -> None:
     assert done.returncode == 2
     assert "PGBUS_REDIS_URL has a bad port: 'redis://:***@h:port/0'" in done.stderr
     assert SECRET not in done.stderr + done.stdout
+
+
+def test_pgbus_log_lines_never_show_a_password(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    import pgbus_flask  # noqa: F401 - installs the filter
+
+    caplog.set_level(logging.INFO)
+    logging.getLogger("pgbus_flask").error("cannot reach %s", "redis://:S3CRET@cache:6379/0")
+    try:
+        raise RuntimeError("connect to postgresql://app:S3CRET@db/app failed")
+    except RuntimeError:
+        logging.getLogger("pgbus_flask.web").exception("page failed")
+    assert "S3CRET" not in caplog.text
+    assert "redis://:***@cache:6379/0" in caplog.text and "postgresql://app:***@db/app" in caplog.text
+
+
+def test_a_connection_string_libpq_refuses_is_a_config_error_without_its_password() -> None:
+    from pgbus_flask.db import Database
+
+    with pytest.raises(ConfigError, match="PGBUS_DATABASE_URL") as refused:
+        with Database("host=127.0.0.1 password=S3CRET bogus=1").connection():
+            pass
+    assert "S3CRET" not in str(refused.value)

@@ -293,3 +293,16 @@ def test_events_cannot_be_changed_or_deleted_but_go_with_their_run(engine: Engin
     with engine.db.connection() as conn:
         assert conn.execute("SELECT count(*) FROM pgbus_workflow_events WHERE workflow_id = %s",
                             (run.workflow_id,)).fetchone()[0] == 0  # type: ignore[index]
+
+
+def test_a_bad_signal_name_or_payload_is_invalid_input(engine: Engine) -> None:
+    run = ThreeSteps.start()
+    with pytest.raises(InvalidInput) as long_name:
+        run.signal("g" * 201)
+    assert long_name.value.field == "signal name"
+    deep: list[Any] = []
+    for _ in range(150):
+        deep = [deep]
+    with pytest.raises(InvalidInput) as too_deep:
+        run.signal("go", deep)
+    assert too_deep.value.field == "payload"
