@@ -8,7 +8,9 @@ from .errors import (
     ActionNotAllowed,
     ArgumentsNotSerializable,
     ConfigError,
+    DatabaseError,
     DatabaseUnavailable,
+    InvalidInput,
     PgbusError,
     SchemaMissing,
     SignalRefused,
@@ -23,7 +25,6 @@ from .extension import PgBus
 from .handle import Run
 from .workflow import Workflow, step
 
-
 _logs.install()
 
 
@@ -35,7 +36,9 @@ __all__ = [
     "ActionNotAllowed",
     "ArgumentsNotSerializable",
     "ConfigError",
+    "DatabaseError",
     "DatabaseUnavailable",
+    "InvalidInput",
     "PgBus",
     "PgbusError",
     "Run",
