@@ -39,6 +39,7 @@ from markupsafe import Markup, escape
 from psycopg import sql
 
 from . import PgBus
+from .config import redact
 from .demo_workflows import (
     InvoiceSync,
     MonthlyReport,
@@ -523,7 +524,7 @@ class Traffic(threading.Thread):
                     elif run.status not in ("ready", "running") or due < now - 60:
                         signals.remove(item)
             except Exception as exc:  # PostgreSQL busy or restarting: try again next tick
-                print(f"pgbus demo: live traffic: {exc}", file=sys.stderr, flush=True)
+                print(f"pgbus demo: live traffic: {redact(str(exc))}", file=sys.stderr, flush=True)
 
 
 # -- main ------------------------------------------------------------------------------------
@@ -576,8 +577,10 @@ def main(argv: list[str] | None = None) -> int:
             slow_worker = start_worker(services, SLOW_QUEUES, "--no-sweep", "--no-scheduler",
                                        "--worker-class", "pgbus_flask.worker.runner.PgbusForkWorker")
             say(f"workers running (pids {main_worker.pid} and {slow_worker.pid})")
+            # A URL the user gave (it may hold a password) is named, not printed; embedded ones are shown.
             say("to serve the partners queue too: " + " ".join(
-                f"{name}={shlex.quote(value)}" for name, value in (
+                f"{name}={shlex.quote(value)}" if os.environ.get(name) != value else f'{name}="${name}"'
+                for name, value in (
                     ("PGBUS_DATABASE_URL", services.database_url), ("PGBUS_REDIS_URL", services.redis_url),
                     ("PGBUS_IMPORT", DEMO_SETTINGS["PGBUS_IMPORT"]))
             ) + " pgbus-worker --queues partners")
@@ -613,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     except (PgbusError, OSError, TimeoutError, RuntimeError, psycopg.Error) as exc:
-        say(f"error: {exc}")
+        say(f"error: {redact(str(exc))}")
         return 1
     say("stopped")
     return 0

@@ -18,7 +18,7 @@ from typing import Any
 import redis.exceptions
 from rq.utils import import_attribute
 
-from pgbus_flask.config import Settings
+from pgbus_flask.config import Settings, redact
 from pgbus_flask.engine import Engine
 from pgbus_flask.errors import PgbusError
 
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             importlib.import_module(module)
         worker_class: Any = import_attribute(args.worker_class or engine.settings.worker_class)
     except (PgbusError, ImportError, AttributeError) as exc:
-        print(f"pgbus-worker: {exc}", file=sys.stderr)
+        print(f"pgbus-worker: {redact(str(exc))}", file=sys.stderr)
         return 2
     queues = [q.strip() for q in args.queues.split(",")] if args.queues else engine.queue_names()
     worker_class.sweep_enabled = not args.no_sweep
