@@ -67,7 +67,7 @@ def test_safe_url_rule(url: Any, linked: bool) -> None:
 
 def test_subject_link_uses_the_builder(ctx: Flask) -> None:
     link = helpers.subject_link(lambda t, i: f"/admin/{t.lower()}s/{i}", "Order", "1042")
-    assert link == Markup('<a href="/admin/orders/1042" data-testid="subject">Order 1042</a>')
+    assert link == Markup('<bdi><a href="/admin/orders/1042" data-testid="subject">Order 1042</a></bdi>')
 
 
 def test_subject_link_refuses_an_unsafe_url(ctx: Flask) -> None:
@@ -87,7 +87,7 @@ def test_subject_link_with_a_builder_that_raises_is_logged_and_plain(
 
     with caplog.at_level(logging.ERROR, logger="pgbus_flask.web"):
         link = helpers.subject_link(broken, "Order", "1042")
-    assert link == Markup('<span data-testid="subject">Order 1042</span>')
+    assert link == Markup('<bdi><span data-testid="subject">Order 1042</span></bdi>')
     assert "PGBUS_SUBJECT_URL raised for Order 1042" in caplog.text
 
 
@@ -105,7 +105,10 @@ def test_no_subject_is_a_dash(ctx: Flask) -> None:
     (None, "Resume"),
 ])
 def test_resume_label(ctx: Flask, plan: ResumePlan | None, label: str) -> None:
-    assert helpers.resume_label(plan) == label
+    shown = helpers.resume_label(plan)
+    assert re.sub("</?bdi>", "", shown) == label
+    if plan is not None and plan.step:
+        assert f"<bdi>{plan.step}</bdi>" in shown, "the step name is isolated"
 
 
 def test_every_resume_action_has_a_label() -> None:
@@ -262,3 +265,43 @@ def test_timeline_svg_has_a_title_on_every_bar_and_a_translated_legend(ctx: Flas
 
 def test_no_attempts_no_chart() -> None:
     assert timeline.render([], [], NOW) == ""
+
+
+# -- text that cannot reorder the page -------------------------------------------------------------
+
+RLO, FSI, PDI = "\u202e", "\u2068", "\u2069"
+
+
+def test_bdi_isolates_escapes_and_closes_what_the_value_opens() -> None:
+    from pgbus_flask.web.i18n import bdi
+
+    assert bdi(f"<b>{RLO}x</b>") == Markup(f"<bdi>&lt;b&gt;{RLO}x&lt;/b&gt;</bdi>")
+    # a stray PDI would close the isolate around it; an opened one is closed before </bdi>
+    assert bdi(f"a{PDI}b{FSI}c") == Markup(f"<bdi>ab{FSI}c{PDI}</bdi>")
+    assert bdi(Markup("<code>x</code>")) == Markup("<bdi><code>x</code></bdi>"), "Markup is not escaped twice"
+
+
+def test_isolated_wraps_plain_text_only_when_it_could_reorder() -> None:
+    from pgbus_flask.web.i18n import isolated
+
+    assert isolated("capture") == "capture"
+    assert isolated(f"cap{RLO}ture") == f"{FSI}cap{RLO}ture{PDI}"
+    assert isolated("שלום") == f"{FSI}שלום{PDI}"
+    assert isolated(f"x{PDI}{RLO}") == f"{FSI}x{RLO}{PDI}", "its own PDI cannot end the isolate early"
+
+
+def test_sentences_isolate_their_names_in_html_and_in_confirm_dialogs(ctx: Flask) -> None:
+    event = {"event": "resumed", "actor": f"dashboard:{RLO}eve", "reason": f"{RLO}<i>why</i>",
+             "step_name": "capture", "attempt": 1}
+    html = helpers.audit_sentence(event, helpers.HTML)
+    assert isinstance(html, Markup)
+    assert html == (f"Resumed by <bdi>dashboard:{RLO}eve</bdi> (<bdi>capture</bdi> #1): "
+                    f"<bdi>{RLO}&lt;i&gt;why&lt;/i&gt;</bdi>")
+    assert helpers.audit_sentence(event) == f"Resumed by dashboard:{RLO}eve (capture #1): {RLO}<i>why</i>"
+    hostile = AttentionGroup("OrderWorkflow", f"{RLO}capture", "paused_error", "TimeoutError", 2, NOW, NOW, "boom")
+    assert helpers.bulk_confirm("resume", hostile, helpers.TEXT) == (
+        f"Resume all 2 runs paused at {FSI}{RLO}capture{PDI} on TimeoutError?")
+    assert helpers.bulk_confirm("resume", hostile, helpers.HTML) == (
+        f"Resume all 2 runs paused at <bdi>{RLO}capture</bdi> on <bdi>TimeoutError</bdi>?")
+    assert helpers.action_confirm("skip", "Order", f"{RLO}ship", helpers.TEXT) == (
+        f"Skip {FSI}{RLO}ship{PDI} and go on with the next step?")

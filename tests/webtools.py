@@ -15,7 +15,7 @@ from pgbus_flask.engine import Engine
 
 def text_of(page: str) -> str:
     """The page's text as a reader sees it (tags dropped, entities decoded, whitespace collapsed)."""
-    inline = re.sub(r"</?(?:a|code|time|span|b|strong|em)\b[^>]*>", "", page)
+    inline = re.sub(r"</?(?:a|bdi|code|time|span|b|strong|em)\b[^>]*>", "", page)
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", inline))).strip()
 
 

@@ -14,12 +14,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from flask import url_for
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from .. import states
 from ..queries import AttentionGroup
 from ..runner import ResumePlan
-from .i18n import N_, code, gettext, markup, ngettext, time_tag, ugettext, ungettext
+from .i18n import N_, bdi, code, gettext, isolated, markup, time_tag, ugettext, ungettext
 from .presenter import Presentation
 
 log = logging.getLogger("pgbus_flask.web")
@@ -208,8 +208,8 @@ def subject_link(builder: Callable[[str, str], Any] | None, subject_type: str | 
         except Exception:
             log.exception("pgbus: PGBUS_SUBJECT_URL raised for %s %s", subject_type, subject_id)
     if url is None:
-        return Markup('<span data-testid="subject">%s</span>') % text
-    return Markup('<a href="%s" data-testid="subject">%s</a>') % (url, text)
+        return Markup('<bdi><span data-testid="subject">%s</span></bdi>') % text
+    return Markup('<bdi><a href="%s" data-testid="subject">%s</a></bdi>') % (url, text)
 
 
 # -- buttons and sentences -------------------------------------------------------------
@@ -220,49 +220,71 @@ def dashboard_actions(available: list[str]) -> list[str]:
     return [action for action in DASHBOARD_ACTIONS if action in available]
 
 
+# -- where a sentence goes decides how the names in it are isolated ----------------------
+#: Plain text for the JSON API (its readers isolate what they show).
+PLAIN = "plain"
+#: Plain text whose names are wrapped in FSI ... PDI when needed: attributes, a confirm dialog.
+TEXT = "text"
+#: HTML whose names are ``<bdi>`` elements.
+HTML = "html"
+
+
+def fill(translated: str, to: str, **values: Any) -> str:
+    """A translated message with ``values`` filled in for ``to`` (:data:`PLAIN`, :data:`TEXT` or
+    :data:`HTML`). Ints (``%(num)d``) and, in HTML, :class:`Markup` go in as they are."""
+    if to == HTML:
+        return markup(translated, **{k: v if isinstance(v, (int, Markup)) else bdi(v) for k, v in values.items()})
+    if to == TEXT:
+        values = {k: v if isinstance(v, int) else isolated(v) for k, v in values.items()}
+    return translated % values
+
+
 def resume_label(plan: ResumePlan | None) -> str:
-    """The Resume button's label: what resume will do ("Retry capture", "Finish the run")."""
+    """The Resume button's label (HTML): what resume will do ("Retry capture", "Finish the run")."""
     if plan is None or plan.action not in RESUME_LABELS:
         return gettext(ACTION_LABELS["resume"])
-    return gettext(RESUME_LABELS[plan.action]) % {"step": plan.step or ""}
+    return fill(ugettext(RESUME_LABELS[plan.action]), HTML, step=plan.step or "")
 
 
-def audit_sentence(event: Mapping[str, Any]) -> str:
-    """"Resumed by dashboard:alice: SMTP fixed", "Step failed by system (capture #2)" (plain text)."""
-    what = label(EVENT_LABELS, event["event"])
-    sentence = gettext("%(event)s by %(actor)s") % {"event": what, "actor": event["actor"]}
+def audit_sentence(event: Mapping[str, Any], to: str = PLAIN) -> str:
+    """"Resumed by dashboard:alice: SMTP fixed", "Step failed by system (capture #2)"."""
+    what = label(EVENT_LABELS, event["event"])  # our own words: escaped, not isolated
+    sentence = fill(ugettext("%(event)s by %(actor)s"), to, event=escape(what) if to == HTML else what,
+                    actor=event["actor"])
     if event.get("step_name"):
-        sentence = gettext("%(sentence)s (%(step)s #%(attempt)s)") % {
-            "sentence": sentence, "step": event["step_name"], "attempt": event.get("attempt") or 1}
+        sentence = fill(ugettext("%(sentence)s (%(step)s #%(attempt)s)"), to, sentence=sentence,
+                        step=event["step_name"], attempt=event.get("attempt") or 1)
     if event.get("reason"):
-        sentence = gettext("%(sentence)s: %(reason)s") % {"sentence": sentence, "reason": event["reason"]}
+        sentence = fill(ugettext("%(sentence)s: %(reason)s"), to, sentence=sentence, reason=event["reason"])
     return sentence
 
 
-def bulk_confirm(action: str, group: AttentionGroup) -> str:
-    """"Resume all 3 runs paused at capture on TimeoutError?" (plain text)."""
+def bulk_confirm(action: str, group: AttentionGroup, to: str = PLAIN) -> str:
+    """"Resume all 3 runs paused at capture on TimeoutError?"."""
     n, step, error = group.count, group.step_name, group.error_class
     if action == "resume":
         if error:
-            return ngettext("Resume %(num)d run paused at %(step)s on %(error)s?",
-                            "Resume all %(num)d runs paused at %(step)s on %(error)s?", n, step=step, error=error)
-        return ngettext("Resume %(num)d run paused at %(step)s?", "Resume all %(num)d runs paused at %(step)s?",
-                        n, step=step)
+            return fill(ungettext("Resume %(num)d run paused at %(step)s on %(error)s?",
+                                  "Resume all %(num)d runs paused at %(step)s on %(error)s?", n),
+                        to, num=n, step=step, error=error)
+        return fill(ungettext("Resume %(num)d run paused at %(step)s?", "Resume all %(num)d runs paused at %(step)s?",
+                              n), to, num=n, step=step)
     if action == "skip":
         if error:
-            return ngettext("Skip %(step)s in %(num)d run stopped there on %(error)s?",
-                            "Skip %(step)s in all %(num)d runs stopped there on %(error)s?", n, step=step,
-                            error=error)
-        return ngettext("Skip %(step)s in %(num)d run stopped there?",
-                        "Skip %(step)s in all %(num)d runs stopped there?", n, step=step)
+            return fill(ungettext("Skip %(step)s in %(num)d run stopped there on %(error)s?",
+                                  "Skip %(step)s in all %(num)d runs stopped there on %(error)s?", n),
+                        to, num=n, step=step, error=error)
+        return fill(ungettext("Skip %(step)s in %(num)d run stopped there?",
+                              "Skip %(step)s in all %(num)d runs stopped there?", n), to, num=n, step=step)
     if error:
-        return ngettext("Cancel %(num)d run stopped at %(step)s on %(error)s?",
-                        "Cancel all %(num)d runs stopped at %(step)s on %(error)s?", n, step=step, error=error)
-    return ngettext("Cancel %(num)d run stopped at %(step)s?", "Cancel all %(num)d runs stopped at %(step)s?",
-                    n, step=step)
+        return fill(ungettext("Cancel %(num)d run stopped at %(step)s on %(error)s?",
+                              "Cancel all %(num)d runs stopped at %(step)s on %(error)s?", n),
+                    to, num=n, step=step, error=error)
+    return fill(ungettext("Cancel %(num)d run stopped at %(step)s?", "Cancel all %(num)d runs stopped at %(step)s?",
+                          n), to, num=n, step=step)
 
 
-def action_confirm(action: str, workflow_class: str, step: str | None) -> str:
+def action_confirm(action: str, workflow_class: str, step: str | None, to: str = PLAIN) -> str:
     """The confirm question of a run page button."""
     questions = {
         "resume": N_("Resume this %(workflow)s run?"),
@@ -272,4 +294,4 @@ def action_confirm(action: str, workflow_class: str, step: str | None) -> str:
         "rerun": N_("Run this %(workflow)s run again from the chosen step?"),
         "cancel": N_("Cancel this %(workflow)s run? Its open step is cancelled and nothing else runs."),
     }
-    return gettext(questions[action]) % {"workflow": workflow_class, "step": step or ""}
+    return fill(ugettext(questions[action]), to, workflow=workflow_class, step=step or "")

@@ -8,6 +8,7 @@ host app's messages and ours never mix, with or without Flask-Babel.
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import datetime, timedelta, timezone, tzinfo
 from functools import cache
 from importlib.resources import files
@@ -72,9 +73,19 @@ def zone(name: str) -> tzinfo:
 
 
 def gettext(message: str, /, **variables: Any) -> str:
-    """``message`` in the viewer's locale, ``%``-formatted with ``variables`` if given."""
+    """``message`` in the viewer's locale, ``%``-formatted with ``variables`` if given.
+
+    When a variable is :class:`Markup` (``bdi(name)``, ``code(step)``) the result is
+    Markup too, every other variable escaped (see :func:`markup`).
+    """
     text = translations_for(current_locale()).gettext(message)
-    return text % variables if variables else text
+    return _format(text, variables) if variables else text
+
+
+def _format(text: str, variables: dict[str, Any]) -> str:
+    if any(isinstance(value, Markup) for value in variables.values()):
+        return markup(text, **variables)
+    return text % variables
 
 
 _ = gettext
@@ -83,7 +94,7 @@ _ = gettext
 def ngettext(singular: str, plural: str, num: int, /, **variables: Any) -> str:
     """The plural form for ``num``; ``%(num)d`` is always available."""
     text = translations_for(current_locale()).ngettext(singular, plural, num)
-    return text % {"num": num, **variables}
+    return _format(text, {"num": num, **variables})
 
 
 def ugettext(message: str) -> str:
@@ -106,8 +117,50 @@ def markup(translated: str, /, **variables: Any) -> Markup:
 
 
 def code(value: Any) -> Markup:
-    """``value`` as escaped ``<code>``."""
-    return Markup('<code class="pgbus-code">%s</code>') % value
+    """``value`` as escaped ``<code>`` (isolated: the stylesheet gives it ``unicode-bidi: isolate``)."""
+    text = Markup(_balanced(value)) if isinstance(value, Markup) else _balanced(str(value))
+    return Markup('<code class="pgbus-code">%s</code>') % text
+
+
+# Bidi isolates: FSI opens one, PDI closes it (or whichever opened last).
+_OPENERS = "\u2066\u2067\u2068"
+FSI, PDI = "\u2068", "\u2069"
+
+
+def _balanced(value: str) -> str:
+    """``value`` with every isolate it opens closed, and without a PDI that would close ours."""
+    if PDI not in value and not any(ch in value for ch in _OPENERS):
+        return value
+    depth, out = 0, []
+    for ch in value:
+        if ch in _OPENERS:
+            depth += 1
+        elif ch == PDI:
+            if depth == 0:
+                continue
+            depth -= 1
+        out.append(ch)
+    return "".join(out) + PDI * depth
+
+
+def bdi(value: Any) -> Markup:
+    """``value`` (text someone typed or a program produced) as escaped ``<bdi>``: right-to-left
+    text or override characters in it cannot reorder what is around it."""
+    if isinstance(value, Markup):
+        return Markup("<bdi>%s</bdi>") % Markup(_balanced(value))
+    return Markup("<bdi>%s</bdi>") % _balanced(str(value))
+
+
+_DIRECTIONAL = frozenset({"R", "AL", "AN", "LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI"})
+
+
+def isolated(value: Any) -> str:
+    """``value`` for plain-text places (attributes, ``<title>``, SVG text, a confirm dialog):
+    wrapped in FSI ... PDI when it holds anything that could reorder the text around it."""
+    text = str(value)
+    if not any(unicodedata.bidirectional(ch) in _DIRECTIONAL for ch in text):
+        return text
+    return FSI + _balanced(text) + PDI
 
 
 def number(value: int | float) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from .i18n import N_, current_tz, duration, gettext
+from .i18n import N_, current_tz, duration, gettext, isolated
 
 SERIES = ("waited", "queued", "waiting", "paused", "ran_ok", "ran_failed", "running", "cancelled")
 SERIES_LABELS = {
@@ -119,7 +119,7 @@ def render(steps: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any
         return Markup("")
     now = _aware(now)
     rows: list[tuple[str, str, list[Segment]]] = [
-        (f"{s['step_name']} #{s['attempt']}", str(s["status"]), attempt_segments(s, now)) for s in steps
+        (f"{isolated(s['step_name'])} #{s['attempt']}", str(s["status"]), attempt_segments(s, now)) for s in steps
     ]
     paused = paused_intervals(events, now)
     if paused:
