@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 import pytest
 from flask import Flask
 
+from pgbus_flask import payload as codec
 from pgbus_flask.handle import Run
 
 from .conftest import work
@@ -34,7 +37,7 @@ def test_resume_with_a_reason_records_the_operator(app: Flask) -> None:
     response = client.post(f"/pgbus/runs/{run.workflow_id}/actions/resume",
                            data={"csrf_token": token, "confirmed": "1", "reason": "gateway is back"})
     assert response.status_code == 303
-    assert response.headers["Location"].endswith(f"/pgbus/runs/{run.workflow_id}?notice=resume")
+    assert response.headers["Location"].endswith(f"/pgbus/runs/{run.workflow_id}")
     resumed = next(e for e in refreshed(app, run).events() if e["event"] == "resumed")
     assert (resumed["actor"], resumed["reason"]) == ("dashboard:alice", "gateway is back")
     page = client.get(response.headers["Location"]).get_data(as_text=True)
@@ -172,9 +175,9 @@ def test_send_a_signal_from_the_form(app: Flask) -> None:
     form = {"csrf_token": token, "name": "payment_confirmed", "payload": '{"amount": 12.5}',
             "idempotency_key": "pi_1", "reason": "bank says paid"}
     response = client.post(f"/pgbus/runs/{run.workflow_id}/signals", data=form)
-    assert response.status_code == 303 and response.headers["Location"].endswith("notice=signal")
+    assert response.status_code == 303 and response.headers["Location"].endswith(f"/runs/{run.workflow_id}")
+    assert "The signal was sent." in text_of(client.get(response.headers["Location"]).get_data(as_text=True))
     again = client.post(f"/pgbus/runs/{run.workflow_id}/signals", data=form)
-    assert again.headers["Location"].endswith("notice=signal_duplicate")
     page = client.get(again.headers["Location"]).get_data(as_text=True)
     assert "A signal with this idempotency key was already stored" in text_of(page)
     signals = refreshed(app, run).signals()
@@ -251,7 +254,8 @@ def test_bulk_cancel_and_skip(app: Flask) -> None:
     assert all(refreshed(app, r).current_step == "notify" for r in runs)
     # skipped runs are no longer stuck: a second bulk finds nothing and moves nothing
     again = client.post("/pgbus/attention/bulk", data={**group, "action": "cancel"})
-    assert "moved=0" in again.headers["Location"]
+    page = client.get(again.headers["Location"]).get_data(as_text=True)
+    assert "Cancel these runs: 0 moved, 0 refused." in text_of(page)
 
 
 def test_bulk_with_an_unknown_action_is_a_400(app: Flask) -> None:
@@ -260,3 +264,156 @@ def test_bulk_with_an_unknown_action_is_a_400(app: Flask) -> None:
     response = client.post("/pgbus/attention/bulk", data={"csrf_token": token, "action": "delete",
                                                           "stuck_reason": "stalled", "confirmed": "1"})
     assert response.status_code == 400
+
+
+# -- hostile form values: a clear 400, nothing written ------------------------------------------------
+
+def snapshot(run: Run, app: Flask) -> tuple[Any, ...]:
+    after = refreshed(app, run)
+    return after.status, after.current_step, after.signals(), len(after.events())
+
+
+@pytest.mark.parametrize("field", ["name", "payload", "idempotency_key", "reason"])
+def test_a_nul_in_a_signal_field_is_refused_naming_it(app: Flask, field: str) -> None:
+    with app.app_context():
+        run = WaitsForPayment.start()
+        work(engine_of(app))
+    before = snapshot(run, app)
+    client = app.test_client()
+    form = {"csrf_token": csrf(client), "name": "payment_confirmed", "payload": "{}", field: "a\x00b"}
+    response = client.post(f"/pgbus/runs/{run.workflow_id}/signals", data=form)
+    assert response.status_code == 400
+    assert f"The value of {field} contains a control character" in text_of(response.get_data(as_text=True))
+    assert snapshot(run, app) == before
+
+
+def test_a_payload_nested_past_python_s_limit_is_a_400(app: Flask) -> None:
+    with app.app_context():
+        run = WaitsForPayment.start()
+        work(engine_of(app))
+    before = snapshot(run, app)
+    client = app.test_client()
+    response = client.post(f"/pgbus/runs/{run.workflow_id}/signals", data={
+        "csrf_token": csrf(client), "name": "payment_confirmed", "payload": "[" * 100_000})
+    assert response.status_code == 400
+    assert "The payload is nested too deeply to be read." in text_of(response.get_data(as_text=True))
+    assert snapshot(run, app) == before
+
+
+@pytest.mark.parametrize("payload", ['{"a":"\\u0000"}', '"\\ud800"', '["\\udcff", {"k\\u0000": 1}]'])
+def test_a_payload_postgresql_cannot_hold_as_is_is_stored_or_refused_never_a_500(app: Flask, payload: str) -> None:
+    with app.app_context():
+        run = WaitsForPayment.start()
+        work(engine_of(app))
+    before = snapshot(run, app)
+    client = app.test_client()
+    response = client.post(f"/pgbus/runs/{run.workflow_id}/signals", data={
+        "csrf_token": csrf(client), "name": "unrelated", "payload": payload})
+    assert response.status_code in (303, 400), response.get_data(as_text=True)[:500]
+    if response.status_code == 400:
+        assert snapshot(run, app) == before
+        return
+    stored = refreshed(app, run).signals()
+    assert [codec.from_json(s["payload"]) for s in stored] == [json.loads(payload)], "kept exactly"
+    page = client.get(f"/pgbus/runs/{run.workflow_id}")
+    shown = page.get_data(as_text=True)
+    assert page.status_code == 200 and ("\\u0000" in shown or "\\ud" in shown), "shown as JSON escapes"
+    api = client.get(f"/pgbus/api/runs/{run.workflow_id}")
+    assert api.status_code == 200 and api.get_json()["signals"][0]["payload"] == json.loads(payload)
+
+
+@pytest.mark.parametrize("field", ["workflow_class", "step_name", "stuck_reason", "error_class", "reason", "action"])
+@pytest.mark.parametrize("confirmed", ["", "1"])
+def test_a_nul_in_a_bulk_field_is_refused_and_moves_nothing(app: Flask, field: str, confirmed: str) -> None:
+    with app.app_context():
+        run = FailsUntil.start(fail_until=9)
+        work(engine_of(app))
+    before = snapshot(run, app)
+    client = app.test_client()
+    group = {"csrf_token": csrf(client), "action": "cancel", "workflow_class": "FailsUntil", "step_name": "capture",
+             "stuck_reason": "paused_error", "error_class": "TimeoutError", "confirmed": confirmed, field: "\x00"}
+    response = client.post("/pgbus/attention/bulk", data=group)
+    assert response.status_code == 400
+    assert f"The value of {field} contains a control character" in text_of(response.get_data(as_text=True))
+    assert snapshot(run, app) == before
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("reason", "a\x00b", "The value of reason contains a control character"),
+    ("step", "\x00", "The value of step contains a control character"),
+    ("reason", "x" * 5000, "Nothing was changed: reason"),
+])
+def test_a_bad_action_field_is_a_400_that_changes_nothing(app: Flask, field: str, value: str, says: str) -> None:
+    with app.app_context():
+        run = FailsUntil.start(fail_until=9)
+        work(engine_of(app))
+    before = snapshot(run, app)
+    client = app.test_client()
+    response = client.post(f"/pgbus/runs/{run.workflow_id}/actions/resume_at", data={
+        "csrf_token": csrf(client), "confirmed": "1", "step": "notify", field: value})
+    assert response.status_code == 400
+    assert says in text_of(response.get_data(as_text=True))
+    assert snapshot(run, app) == before
+
+
+def test_an_engine_refusal_is_a_400_on_the_run_page_keeping_the_form(app: Flask) -> None:
+    with app.app_context():
+        run = WaitsForPayment.start()
+        work(engine_of(app))
+    before = snapshot(run, app)
+    client = app.test_client()
+    form = {"csrf_token": csrf(client), "name": "n" * 300, "payload": '{"ok": 1}', "reason": "too long a name"}
+    response = client.post(f"/pgbus/runs/{run.workflow_id}/signals", data=form)
+    assert response.status_code == 400
+    page = response.get_data(as_text=True)
+    assert 'data-testid="error-message"' in page and "Nothing was changed:" in text_of(page)
+    assert "too long a name" in page, "the form keeps what was typed"
+    assert snapshot(run, app) == before
+
+
+# -- what was done comes from the server, never from the URL ---------------------------------------------
+
+def test_the_url_cannot_write_the_result_boxes(app: Flask) -> None:
+    with app.app_context():
+        run = FailsUntil.start(fail_until=9)
+        work(engine_of(app))
+    client = app.test_client()
+    page = client.get("/pgbus/attention?done=resume&moved=5000&refused=0").get_data(as_text=True)
+    assert 'data-testid="bulk-result"' not in page and "5000" not in text_of(page)
+    page = client.get("/pgbus/attention?done=Payments+were+refunded&moved=5000").get_data(as_text=True)
+    assert "Payments were refunded" not in page
+    page = client.get(f"/pgbus/runs/{run.workflow_id}?notice=cancel").get_data(as_text=True)
+    assert 'data-testid="notice"' not in page and "Done:" not in text_of(page)
+
+
+@ALICE
+def test_a_notice_shows_once_and_only_on_its_own_run(app: Flask) -> None:
+    with app.app_context():
+        run = FailsUntil.start(fail_until=9)
+        other = ThreeSteps.start(order_id=1)
+        work(engine_of(app))
+    client = app.test_client()
+    done = client.post(f"/pgbus/runs/{run.workflow_id}/actions/skip",
+                       data={"csrf_token": csrf(client), "confirmed": "1"})
+    assert done.status_code == 303 and "?" not in done.headers["Location"]
+    assert 'data-testid="notice"' not in client.get(f"/pgbus/runs/{other.workflow_id}").get_data(as_text=True)
+    done = client.post(f"/pgbus/runs/{run.workflow_id}/actions/cancel",
+                       data={"csrf_token": csrf(client), "confirmed": "1"})
+    assert "Done: Cancel run." in text_of(client.get(done.headers["Location"]).get_data(as_text=True))
+    again = client.get(done.headers["Location"]).get_data(as_text=True)
+    assert 'data-testid="notice"' not in again, "a reload does not say it again"
+    assert 'data-testid="notice"' not in app.test_client().get(done.headers["Location"]).get_data(as_text=True), \
+        "another browser never sees it"
+
+
+def test_without_a_secret_key_the_action_works_and_shows_no_notice(app: Flask) -> None:
+    with app.app_context():
+        run = FailsUntil.start(fail_until=9)
+        work(engine_of(app))
+    app.secret_key = None
+    app.config["SECRET_KEY"] = None
+    client = app.test_client()
+    done = client.post(f"/pgbus/runs/{run.workflow_id}/actions/cancel",
+                       data={"csrf_token": csrf(client), "confirmed": "1"})
+    assert done.status_code == 303 and refreshed(app, run).status == "cancelled"
+    assert 'data-testid="notice"' not in client.get(done.headers["Location"]).get_data(as_text=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from flask import Flask
 
@@ -64,3 +66,43 @@ def test_errors_are_json(app: Flask, url: str, status: int) -> None:
 def test_the_api_needs_the_same_auth(app: Flask) -> None:
     response = app.test_client().get("/pgbus/api/overview")
     assert response.status_code == 401 and "error" in response.get_json()
+
+
+@pytest.mark.parametrize(("method", "url", "status"), [
+    ("GET", "/pgbus/api/nope", 404), ("GET", "/pgbus/api", 404), ("GET", "/pgbus/api/", 404),
+    ("GET", "/pgbus/api/runs/x/y", 404), ("GET", "/pgbus/api/batches/abc", 400), ("GET", "/pgbus/api/batches/-1", 400),
+    ("GET", "/pgbus/api/batches/0", 400), ("GET", "/pgbus/api/runs?before=%C2%B2", 400),
+    ("GET", "/pgbus/api/runs?before=0", 400), ("GET", "/pgbus/api/runs?text=%00", 400),
+    ("GET", "/pgbus/api/attention?workflow_class=%00", 400),
+    ("POST", "/pgbus/api/overview", 405), ("DELETE", "/pgbus/api/runs", 405), ("POST", "/pgbus/api/nope", 405),
+])
+def test_every_api_error_is_json_of_the_same_shape(app: Flask, method: str, url: str, status: int) -> None:
+    response = app.test_client().open(url, method=method)
+    assert response.status_code == status and response.is_json, response.get_data(as_text=True)[:200]
+    data = response.get_json()
+    assert set(data) == {"error", "status"} and data["status"] == status and data["error"]
+    assert "<" not in data["error"], "plain text, no HTML"
+
+
+def test_a_bad_parameter_is_named_in_the_api_error(app: Flask) -> None:
+    client = app.test_client()
+    assert client.get("/pgbus/api/runs?before=%C2%B2").get_json()["error"] == (
+        "before must be a whole number from 1 to 9223372036854775807, not ².")
+    assert client.get("/pgbus/api/batches/abc").get_json()["error"].startswith("batch_id must be a whole number")
+    assert "The value of step contains a control character" in client.get(
+        "/pgbus/api/runs?step=%00").get_json()["error"]
+
+
+def test_the_pages_outside_the_api_keep_html(app: Flask) -> None:
+    response = app.test_client().post("/pgbus/runs")
+    assert response.status_code == 405 and not response.is_json
+
+
+def test_lone_surrogates_in_stored_json_go_out_as_escapes(app: Flask) -> None:
+    from pgbus_flask.web import api, views
+
+    with app.test_request_context():
+        body = api.reply({"payload": "a\ud800b", "list": ["\udcff"]}).get_data()
+    assert body == b'{"payload": "a\\ud800b", "list": ["\\udcff"]}'
+    assert json.loads(body) == {"payload": "a\ud800b", "list": ["\udcff"]}, "the same value, losslessly"
+    assert views.pretty({"k": "\ud800"}) == '{\n  "k": "\\ud800"\n}'

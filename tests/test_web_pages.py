@@ -297,3 +297,39 @@ def test_the_timeline_shows_the_wait_of_a_woken_step(app: Flask) -> None:
     chart = page[page.index('data-testid="timeline"'):page.index("</svg>")]
     assert re.search(r'<rect class="tl-waiting"[^>]*><title>confirm #1: Waiting, ', chart)
     assert re.search(r'<rect class="tl-ran_ok"[^>]*><title>ship #1: Ran OK, ', chart)
+
+
+# -- hostile query values: a clear 400 naming the parameter, never a 500 ------------------------------
+
+@pytest.mark.parametrize("url", [
+    *(f"/pgbus/runs?{name}=a%00b" for name in ("workflow_class", "status", "step", "reason", "error_class",
+                                                "subject", "text", "before")),
+    "/pgbus/runs?text=%1B%5B31m", "/pgbus/attention?workflow_class=%00",
+])
+def test_a_control_character_in_a_filter_is_a_400_naming_it(app: Flask, url: str) -> None:
+    response = app.test_client().get(url)
+    assert response.status_code == 400
+    text = text_of(response.get_data(as_text=True))
+    name = url.split("?")[1].split("=")[0]
+    assert f"The value of {name} contains a control character (such as NUL)" in text, text
+
+
+@pytest.mark.parametrize("value", ["%C2%B2", "0", "-1", "+1", "%201", "1_0", "%D9%A1", "1.5", "9" * 20, str(2**63)])
+def test_a_bad_page_cursor_is_a_400_naming_before(app: Flask, value: str) -> None:
+    response = app.test_client().get(f"/pgbus/runs?before={value}")
+    assert response.status_code == 400
+    assert "before must be a whole number from 1 to 9223372036854775807" in text_of(response.get_data(as_text=True))
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "0", "%C2%B2", str(2**63)])
+def test_a_bad_batch_id_is_a_400_naming_it(app: Flask, value: str) -> None:
+    response = app.test_client().get(f"/pgbus/batches/{value}")
+    assert response.status_code == 400
+    assert "batch_id must be a whole number" in text_of(response.get_data(as_text=True))
+    assert app.test_client().get(f"/pgbus/batches/{2**63 - 1}").status_code == 404
+
+
+def test_a_lone_surrogate_in_the_url_is_not_a_500(app: Flask) -> None:
+    client = app.test_client()
+    for url in ("/pgbus/runs?text=%ED%A0%80", "/pgbus/runs/%ED%A0%80", "/pgbus/attention?workflow_class=%ED%B3%BF"):
+        assert client.get(url).status_code < 500, url

@@ -15,14 +15,15 @@ from typing import Any
 from urllib.parse import urlencode
 
 import psycopg
-from flask import Blueprint, current_app, g, render_template, request, url_for
+from flask import Blueprint, current_app, g, request, url_for
+from markupsafe import Markup
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.wrappers import Response
 
-from .. import states
+from .. import db, states
 from ..engine import Engine
 from ..errors import DatabaseUnavailable, PgbusError, SchemaMissing, WorkflowNotFound
-from . import api, helpers, i18n, security, views
+from . import api, helpers, i18n, inputs, security, views
 
 log = logging.getLogger("pgbus_flask.web")
 
@@ -46,6 +47,7 @@ def make_blueprint(engine: Engine) -> Blueprint:
         g.pgbus_actor = security.authenticate(settings, current_app._get_current_object())  # type: ignore[attr-defined]
         if request.method == "POST":
             security.check_csrf()
+        inputs.check_request()
 
     @bp.after_request
     def _after(response: Response) -> Response:
@@ -73,27 +75,42 @@ def make_blueprint(engine: Engine) -> Blueprint:
             "next_sentence": lambda p: helpers.next_sentence(p, now), "run_badge": helpers.run_badge,
             "status_badge": helpers.status_badge, "step_badge": helpers.step_badge,
             "signal_badge": helpers.signal_badge, "child_badge": helpers.child_badge,
-            "audit_sentence": helpers.audit_sentence, "label": helpers.label, "labels": helpers,
-            "locale_url": _locale_url, "states": states, "pretty": views.pretty,
+            "audit_sentence": lambda e: helpers.audit_sentence(e, helpers.HTML), "label": helpers.label,
+            "labels": helpers, "locale_url": _locale_url, "states": states, "pretty": views.pretty,
+            "bdi": i18n.bdi, "isolated": i18n.isolated,
         }
 
     def _error_page(code: int, title: str, message: str) -> Any:
         if request.endpoint and request.endpoint.startswith("pgbus.api_"):
-            return api.reply({"error": message or title, "status": code}, code)
-        return render_template("pgbus/error.html", code=code, title=title, message=message), code
+            text = message.striptags() if isinstance(message, Markup) else message
+            return api.reply({"error": text or title, "status": code}, code)
+        return views.render("pgbus/error.html", code=code, title=title, message=message), code
 
     @bp.errorhandler(WorkflowNotFound)
     def _not_found(exc: WorkflowNotFound) -> Any:
-        return _error_page(404, i18n.gettext("Run not found"),
-                           i18n.gettext("No workflow run has the id %(value)s.", value=str(exc.workflow_id)))
+        return _error_page(404, i18n.gettext("Run not found"), i18n.markup(
+            i18n.ugettext("No workflow run has the id %(value)s."), value=inputs.shown(str(exc.workflow_id))))
 
     @bp.errorhandler(DatabaseUnavailable)
-    @bp.errorhandler(psycopg.OperationalError)
     def _database_down(exc: Exception) -> Any:
         log.error("pgbus dashboard: PostgreSQL is unreachable: %s", exc)
         return _error_page(503, i18n.gettext("PostgreSQL is unreachable"), i18n.gettext(
             "The dashboard cannot reach PostgreSQL right now, so it cannot show or change any run. Nothing was "
             "changed. Check the database server and PGBUS_DATABASE_URL, then reload this page."))
+
+    @bp.errorhandler(psycopg.Error)
+    def _database_error(exc: psycopg.Error) -> Any:
+        # A psycopg error that got past the engine's boundary: an outage only when it is one,
+        # a refused value a 400; anything else is a bug and stays a 500.
+        translated = db.translate(exc)
+        if isinstance(translated, DatabaseUnavailable):
+            return _database_down(translated)
+        if isinstance(translated, SchemaMissing):
+            return _schema_missing(translated)
+        if translated is None:
+            raise exc
+        log.warning("pgbus dashboard: PostgreSQL refused a statement: %s", exc)
+        return _bad_input(translated)
 
     @bp.errorhandler(SchemaMissing)
     def _schema_missing(exc: SchemaMissing) -> Any:
@@ -104,7 +121,7 @@ def make_blueprint(engine: Engine) -> Blueprint:
 
     @bp.errorhandler(PgbusError)
     def _bad_input(exc: PgbusError) -> Any:
-        return _error_page(400, i18n.gettext("Bad request"), str(exc))
+        return _error_page(400, i18n.gettext("Bad request"), views.refused(exc))
 
     @bp.errorhandler(HTTPException)
     def _http(exc: HTTPException) -> Any:
@@ -124,11 +141,15 @@ def make_blueprint(engine: Engine) -> Blueprint:
             return exc
         g.pgbus_locale = i18n.choose_locale(settings.locales, settings.default_locale)
         g.pgbus_tz = i18n.zone(settings.timezone)
+        allow = {"Allow": ", ".join(exc.valid_methods or ())}
+        if (request.path + "/").startswith(prefix + api.PREFIX + "/"):
+            message = i18n.gettext("This address does not take %(method)s requests.", method=request.method)
+            return api.reply({"error": message, "status": 405}, 405), allow
         context = _context()  # the blueprint's processors do not run outside its routes
         context.update(code=405, title=i18n.gettext("Method not allowed"),
                        message=i18n.gettext("This address only takes a form submission; open the page "
                                             "it belongs to instead."))
-        return render_template("pgbus/error.html", **context), 405, {"Allow": ", ".join(exc.valid_methods or ())}
+        return views.render("pgbus/error.html", **context), 405, allow
 
     pages = views.register(bp, engine)
     api.register(bp, engine, pages)

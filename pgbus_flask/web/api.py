@@ -1,7 +1,8 @@
 """Read-only JSON endpoints under the dashboard prefix (``/api/...``): the same reads as the pages.
 
-They pass the same ``PGBUS_DASHBOARD_AUTH`` check; errors come back as
-``{"error": ..., "status": ...}`` with the page's status code.
+They pass the same ``PGBUS_DASHBOARD_AUTH`` check; every error under ``/api``
+(a bad parameter, an unknown run, a path that names nothing, a wrong method)
+comes back as ``{"error": ..., "status": ...}`` with the page's status code.
 """
 
 from __future__ import annotations
@@ -15,16 +16,16 @@ from typing import Any
 from uuid import UUID
 
 from flask import Blueprint, Response, g, request
-from werkzeug.exceptions import BadRequest
 
 from .. import payload, queries, states
 from ..engine import Engine
 from ..handle import Run
-from . import helpers
+from . import helpers, inputs
 from .i18n import gettext
 from .presenter import Presentation
-from .views import FILTERS, PAGE_SIZE, Pages
+from .views import PAGE_SIZE, Pages, escape_surrogates, read_filters
 
+PREFIX = "/api"
 JSON_COLUMNS = ("arguments", "output", "payload", "details", "args", "result")
 
 
@@ -37,8 +38,9 @@ def _default(value: Any) -> Any:
 
 
 def reply(data: Any, status: int = 200) -> Response:
-    return Response(json.dumps(data, default=_default, ensure_ascii=False), status,
-                    content_type="application/json; charset=utf-8")
+    # Stored JSON may hold lone surrogates (see pgbus_flask.payload): sent as their escapes.
+    text = escape_surrogates(json.dumps(data, default=_default, ensure_ascii=False))
+    return Response(text, status, content_type="application/json; charset=utf-8")
 
 
 def _row(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -70,13 +72,10 @@ class Api:
         })
 
     def runs(self) -> Response:
+        filters = read_filters()
+        before = inputs.whole_number(request.args.get("before"), "before")
         self.pages.sync_clock()
-        filters = {name: (request.args.get(name) or "").strip() or None for name in FILTERS}
-        before = request.args.get("before")
-        if before is not None and not before.isdigit():
-            raise BadRequest(gettext("The page cursor %(value)s is not valid.", value=before))
-        rows, cursor = queries.list_runs(self.engine, queries.RunFilter(
-            before=int(before) if before else None, limit=PAGE_SIZE, **filters))
+        rows, cursor = queries.list_runs(self.engine, queries.RunFilter(before=before, limit=PAGE_SIZE, **filters))
         runs = []
         for row in rows:
             item = {k: v for k, v in _row(row).items() if not k.startswith(("step_", "batch_"))}
@@ -111,25 +110,34 @@ class Api:
         })
 
     def attention(self) -> Response:
-        groups = queries.attention_groups(self.engine, request.args.get("workflow_class") or None)
+        groups = queries.attention_groups(self.engine, inputs.text(request.args, "workflow_class"))
         return reply({"groups": [
             {**asdict(group), "bulk_actions": list(helpers.BULK_BY_REASON[group.reason]),
              "confirm": {a: helpers.bulk_confirm(a, group) for a in helpers.BULK_BY_REASON[group.reason]}}
             for group in groups]})
 
-    def batch(self, batch_id: int) -> Response:
-        found = queries.batch_progress(self.engine, batch_id)
+    def batch(self, batch_id: str) -> Response:
+        number = inputs.whole_number(batch_id, "batch_id")
+        found = queries.batch_progress(self.engine, number) if number is not None else None
         if found is None:
             return reply({"error": gettext("No batch has the id %(value)s.", value=batch_id), "status": 404}, 404)
         batch, children = found
         return reply({"batch": _row(batch), "children": [_row(c) for c in children]})
 
+    def missing(self, rest: str = "") -> Response:
+        """Any other path under the API: a JSON 404 like the others, not the host app's HTML page."""
+        return reply({"error": gettext("The JSON API has no address %(path)s.", path=request.path),
+                      "status": 404}, 404)
+
 
 def register(bp: Blueprint, engine: Engine, pages: Pages) -> None:
     """Add the JSON reads to ``bp`` under ``/api``."""
     api = Api(engine, pages)
-    bp.add_url_rule("/api/overview", "api_overview", api.overview)
-    bp.add_url_rule("/api/runs", "api_runs", api.runs)
-    bp.add_url_rule("/api/runs/<workflow_id>", "api_run", api.run)
-    bp.add_url_rule("/api/attention", "api_attention", api.attention)
-    bp.add_url_rule("/api/batches/<int:batch_id>", "api_batch", api.batch)
+    bp.add_url_rule(f"{PREFIX}/overview", "api_overview", api.overview)
+    bp.add_url_rule(f"{PREFIX}/runs", "api_runs", api.runs)
+    bp.add_url_rule(f"{PREFIX}/runs/<workflow_id>", "api_run", api.run)
+    bp.add_url_rule(f"{PREFIX}/attention", "api_attention", api.attention)
+    bp.add_url_rule(f"{PREFIX}/batches/<batch_id>", "api_batch", api.batch)
+    # Routing prefers every rule above to these (a path converter matches last).
+    for rule in (PREFIX, f"{PREFIX}/", f"{PREFIX}/<path:rest>"):
+        bp.add_url_rule(rule, "api_missing", api.missing)

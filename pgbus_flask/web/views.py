@@ -3,26 +3,64 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, abort, g, redirect, render_template, request, url_for
+from markupsafe import Markup
 from werkzeug.exceptions import BadRequest, NotFound
 from werkzeug.wrappers import Response
 
 from .. import payload, queries, runner, states
 from ..engine import Engine
-from ..errors import ActionNotAllowed, PgbusError, SignalRefused, StepNotDefined, SubjectConflict
+from ..errors import (
+    ActionNotAllowed,
+    DatabaseUnavailable,
+    PgbusError,
+    SchemaMissing,
+    StepNotDefined,
+    SubjectConflict,
+    WorkflowNotFound,
+)
 from ..handle import Run
 from ..workflow import Workflow, registry
-from . import helpers
-from .i18n import gettext
+from . import helpers, inputs, notices
+from .i18n import bdi, gettext, markup, ugettext
 from .presenter import Presentation, present
 from .timeline import render as render_timeline
 
 FILTERS = ("workflow_class", "status", "step", "reason", "error_class", "subject", "text")
 PAGE_SIZE = 50
+
+#: Errors with a page of their own (404, 503) rather than the form they came from.
+NOT_INPUT_ERRORS = (WorkflowNotFound, DatabaseUnavailable, SchemaMissing)
+
+# Characters no HTML page can carry: lone surrogates cannot be encoded, NUL is dropped by parsers.
+_UNSENDABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def render(template: str, **context: Any) -> str:
+    """``render_template``, with any character UTF-8 cannot encode replaced (a last guard: stored
+    JSON may hold lone surrogates, and :func:`pretty` already writes those as escapes)."""
+    page = render_template(template, **context)
+    return _UNSENDABLE.sub("\ufffd", page)
+
+
+def refused(exc: PgbusError) -> Markup:
+    """The message of an error that refused a request: what was wrong, and that nothing changed."""
+    return markup(ugettext("Nothing was changed: %(problem)s"), problem=bdi(exc))
+
+
+def read_filters() -> dict[str, str | None]:
+    """The runs list's filters from the query string (checked; None when empty)."""
+    filters = {name: inputs.text(request.args, name) for name in FILTERS}
+    if filters["status"] and filters["status"] not in states.RUN_STATUSES:
+        raise BadRequest(markup(ugettext("Unknown status %(value)s."), value=inputs.shown(filters["status"])))
+    if filters["reason"] and filters["reason"] not in states.STUCK_REASONS:
+        raise BadRequest(markup(ugettext("Unknown stuck reason %(value)s."), value=inputs.shown(filters["reason"])))
+    return filters
 
 
 class Pages:
@@ -83,28 +121,19 @@ class Pages:
             "paused": sum(n for (_, status), n in counts.items() if status == "paused"),
             "attention": sum(stuck.values()),
         }
-        return render_template("pgbus/overview.html", cards=cards, table=table, stuck=stuck_by_class,
-                               statuses=states.RUN_STATUSES, reasons=states.STUCK_REASONS)
+        return render("pgbus/overview.html", cards=cards, table=table, stuck=stuck_by_class,
+                      statuses=states.RUN_STATUSES, reasons=states.STUCK_REASONS)
 
     # -- runs list -----------------------------------------------------------------------
 
     def runs(self) -> str:
+        filters = read_filters()
+        before = inputs.whole_number(request.args.get("before"), "before")
         self.sync_clock()
-        filters = {name: (request.args.get(name) or "").strip() or None for name in FILTERS}
-        if filters["status"] and filters["status"] not in states.RUN_STATUSES:
-            raise BadRequest(gettext("Unknown status %(value)s.", value=filters["status"]))
-        if filters["reason"] and filters["reason"] not in states.STUCK_REASONS:
-            raise BadRequest(gettext("Unknown stuck reason %(value)s.", value=filters["reason"]))
-        before_arg = request.args.get("before")
-        before = None
-        if before_arg:
-            if not before_arg.isdigit():
-                raise BadRequest(gettext("The page cursor %(value)s is not valid.", value=before_arg))
-            before = int(before_arg)
         rows, cursor = queries.list_runs(self.engine, queries.RunFilter(before=before, limit=PAGE_SIZE, **filters))
         items = [{"row": row, "p": self.present(row), "subject": self.subject(row)} for row in rows]
         query = {k: v for k, v in filters.items() if v}
-        return render_template("pgbus/runs.html", items=items, filters=filters, query=query, cursor=cursor,
+        return render("pgbus/runs.html", items=items, filters=filters, query=query, cursor=cursor,
                                before=before, class_names=self.class_names(filters["workflow_class"]),
                                statuses=states.RUN_STATUSES, reasons=states.STUCK_REASONS)
 
@@ -113,7 +142,7 @@ class Pages:
     def load(self, workflow_id: str) -> Run:
         return Run(self.engine, workflow_id)
 
-    def run_page(self, workflow_id: str, *, error: str | None = None, status: int = 200,
+    def run_page(self, workflow_id: str, *, error: str | Markup | None = None, status: int = 200,
                  form: Mapping[str, str] | None = None) -> tuple[str, int]:
         run = self.load(workflow_id)
         self.sync_clock(run.row["db_now"])
@@ -132,24 +161,25 @@ class Pages:
              if s["started_at"] else None}
             for s in steps
         ]
-        notice = request.args.get("notice")
-        return render_template(
+        notice = notices.take("action", "signal", run=str(run.workflow_id))
+        return render(
             "pgbus/run.html", run=run, row=row, p=self.present(row), subject=self.subject(row), plan=plan,
             resume_label=helpers.resume_label(plan), actions=actions,
             step_names=[s.name for s in klass.steps] if klass else [], attempts=attempts, events=events,
             signals=signals, batches=batches, timeline=render_timeline(steps, events, g.pgbus_now),
             arguments=pretty(run.arguments), outputs=pretty(run.outputs()), error=error, form=form or {},
             notice=notice, signal_allowed="signal" in run.available_actions,
-            confirms={a: helpers.action_confirm(a, run.workflow_class, run.current_step) for a in actions},
+            confirms={a: helpers.action_confirm(a, run.workflow_class, run.current_step, helpers.TEXT)
+                      for a in actions},
         ), status
 
     def act(self, workflow_id: str, action: str) -> Response | tuple[str, int]:
         if action not in helpers.DASHBOARD_ACTIONS:
-            raise NotFound(gettext("The dashboard has no action %(value)s.", value=action))
+            raise NotFound(markup(ugettext("The dashboard has no action %(value)s."), value=inputs.shown(action)))
         run = self.load(workflow_id)
-        reason = (request.form.get("reason") or "").strip() or None
+        reason = inputs.text(request.form, "reason")
         params: dict[str, Any] = {}
-        step = (request.form.get("step") or "").strip() or None
+        step = inputs.text(request.form, "step")
         if action == "resume_at":
             if not step:
                 raise BadRequest(gettext("Choose the step to resume at."))
@@ -157,9 +187,9 @@ class Pages:
         elif action == "rerun" and step:
             params["step"] = step
         if request.form.get("confirmed") != "1":
-            question = helpers.action_confirm(action, run.workflow_class, step or run.current_step)
+            question = helpers.action_confirm(action, run.workflow_class, step or run.current_step, helpers.HTML)
             fields = {"reason": reason or "", **({"step": step} if step else {})}
-            return render_template(
+            return render(
                 "pgbus/confirm.html", question=question, target=url_for(".act", workflow_id=run.workflow_id,
                                                                          action=action),
                 fields=fields, back=url_for(".run", workflow_id=run.workflow_id),
@@ -168,86 +198,113 @@ class Pages:
             run.act(action, actor=g.pgbus_actor, reason=reason, **params)
         except (ActionNotAllowed, SubjectConflict) as exc:
             return self.run_page(workflow_id, error=_not_allowed(exc, run), status=409)
-        except StepNotDefined as exc:
-            return self.run_page(workflow_id, error=str(exc), status=400)
-        return redirect(url_for(".run", workflow_id=run.workflow_id, notice=action), 303)
+        except NOT_INPUT_ERRORS:
+            raise
+        except PgbusError as exc:
+            return self.run_page(workflow_id, error=refused(exc), status=400)
+        notices.keep("action", run=str(run.workflow_id), action=action)
+        return redirect(url_for(".run", workflow_id=run.workflow_id), 303)
 
     def signal(self, workflow_id: str) -> Response | tuple[str, int]:
         run = self.load(workflow_id)
-        form = {k: request.form.get(k, "") for k in ("name", "payload", "idempotency_key", "reason")}
+        form = {k: inputs.check(k, request.form.get(k, "")) for k in ("name", "payload", "idempotency_key", "reason")}
         raw = form["payload"].strip()
         try:
             data = json.loads(raw) if raw else None
         except ValueError as exc:
             message = gettext("The payload is not valid JSON: %(problem)s", problem=str(exc))
             return self.run_page(workflow_id, error=message, status=400, form=form)
+        except RecursionError:
+            message = gettext("The payload is nested too deeply to be read.")
+            return self.run_page(workflow_id, error=message, status=400, form=form)
         try:
             result = run.signal(form["name"].strip(), data, idempotency_key=form["idempotency_key"].strip() or None,
                                 actor=g.pgbus_actor, reason=form["reason"].strip() or None)
-        except SignalRefused as exc:
-            return self.run_page(workflow_id, error=str(exc), status=400, form=form)
-        notice = "signal_duplicate" if result.duplicate_delivery else "signal"
-        return redirect(url_for(".run", workflow_id=run.workflow_id, notice=notice), 303)
+        except NOT_INPUT_ERRORS:
+            raise
+        except PgbusError as exc:
+            return self.run_page(workflow_id, error=refused(exc), status=400, form=form)
+        notices.keep("signal", run=str(run.workflow_id), duplicate=bool(result.duplicate_delivery))
+        return redirect(url_for(".run", workflow_id=run.workflow_id), 303)
 
     # -- attention -----------------------------------------------------------------------
 
     def attention(self) -> str:
+        workflow_class = inputs.text(request.args, "workflow_class")
         self.sync_clock()
-        workflow_class = request.args.get("workflow_class") or None
         groups = queries.attention_groups(self.engine, workflow_class)
         items = [
-            {"g": group, "actions": [(a, helpers.bulk_confirm(a, group)) for a in helpers.BULK_BY_REASON[group.reason]],
+            {"g": group, "actions": [(a, helpers.bulk_confirm(a, group, helpers.TEXT),
+                                      helpers.bulk_confirm(a, group, helpers.HTML))
+                                     for a in helpers.BULK_BY_REASON[group.reason]],
              "runs_url": url_for(".runs", workflow_class=group.workflow_class, reason=group.reason,
                                  step=group.step_name, error_class=group.error_class)}
             for group in groups
         ]
-        result = {k: request.args.get(k) for k in ("done", "moved", "refused")}
-        return render_template("pgbus/attention.html", items=items, result=result, workflow_class=workflow_class)
+        result = notices.take("bulk")
+        return render("pgbus/attention.html", items=items, result=result, workflow_class=workflow_class)
 
     def bulk(self) -> Response | tuple[str, int]:
-        form = request.form
-        action = form.get("action", "")
-        key = {"workflow_class": form.get("workflow_class", ""), "step_name": form.get("step_name", ""),
-               "reason": form.get("stuck_reason", ""), "error_class": form.get("error_class") or None}
+        form = {name: inputs.check(name, request.form.get(name, ""))
+                for name in ("action", "workflow_class", "step_name", "stuck_reason", "error_class", "reason")}
+        action = form["action"]
+        key = {"workflow_class": form["workflow_class"], "step_name": form["step_name"],
+               "reason": form["stuck_reason"], "error_class": form["error_class"] or None}
         if action not in states.BULK_ACTIONS:
-            raise BadRequest(gettext("The dashboard has no action %(value)s.", value=action))
+            raise BadRequest(markup(ugettext("The dashboard has no action %(value)s."), value=inputs.shown(action)))
         if key["reason"] not in states.STUCK_REASONS:
-            raise BadRequest(gettext("Unknown stuck reason %(value)s.", value=key["reason"]))
-        reason = (form.get("reason") or "").strip() or None
-        if form.get("confirmed") != "1":
+            raise BadRequest(markup(ugettext("Unknown stuck reason %(value)s."),
+                                    value=inputs.shown(form["stuck_reason"])))
+        reason = form["reason"].strip() or None
+        if request.form.get("confirmed") != "1":
             group = next((grp for grp in queries.attention_groups(self.engine, key["workflow_class"])
                           if grp.key() == key), None)
             if group is None:
-                return redirect(url_for(".attention", done=action, moved=0, refused=0), 303)
+                notices.keep("bulk", action=action, moved=0, refused=0)
+                return redirect(url_for(".attention"), 303)
             fields = {"action": action, "workflow_class": group.workflow_class, "step_name": group.step_name,
                       "stuck_reason": group.reason, "error_class": group.error_class or "", "reason": reason or ""}
-            return render_template("pgbus/confirm.html", question=helpers.bulk_confirm(action, group),
-                                   target=url_for(".bulk"), fields=fields, back=url_for(".attention"),
-                                   submit=helpers.label(helpers.BULK_LABELS, action)), 200
+            return render("pgbus/confirm.html", question=helpers.bulk_confirm(action, group, helpers.HTML),
+                          target=url_for(".bulk"), fields=fields, back=url_for(".attention"),
+                          submit=helpers.label(helpers.BULK_LABELS, action)), 200
         try:
             result = queries.bulk_act(self.engine, action, key, actor=g.pgbus_actor, reason=reason)
+        except NOT_INPUT_ERRORS:
+            raise
         except PgbusError as exc:
-            raise BadRequest(str(exc)) from None
-        return redirect(url_for(".attention", done=action, moved=result.moved, refused=result.refused), 303)
+            raise BadRequest(refused(exc)) from None
+        notices.keep("bulk", action=action, moved=result.moved, refused=result.refused)
+        return redirect(url_for(".attention"), 303)
 
     # -- batch -------------------------------------------------------------------------
 
-    def batch(self, batch_id: int) -> str:
+    def batch(self, batch_id: str) -> str:
+        number = inputs.whole_number(batch_id, "batch_id")
         self.sync_clock()
-        found = queries.batch_progress(self.engine, batch_id)
+        found = queries.batch_progress(self.engine, number) if number is not None else None
         if found is None:
-            abort(404, gettext("No batch has the id %(value)s.", value=batch_id))
+            abort(404, markup(ugettext("No batch has the id %(value)s."), value=inputs.shown(batch_id)))
         batch, children = found
         total = max(int(batch["total"]), 1)
-        return render_template("pgbus/batch.html", batch=batch, children=children,
+        return render("pgbus/batch.html", batch=batch, children=children,
                                done_pct=100.0 * batch["done"] / total, failed_pct=100.0 * batch["failed"] / total,
                                children_json=[pretty(c["result"]) if c["result"] is not None else None
                                               for c in children])
 
 
 def pretty(value: Any) -> str:
-    """Stored JSON, indented for reading (escaped by the template)."""
-    return json.dumps(payload.from_json(value), indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    """Stored JSON, indented for reading (escaped by the template); a lone surrogate in a string
+    shows as its ``\\udxxx`` escape, as JSON writes it."""
+    text = json.dumps(payload.from_json(value), indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    return escape_surrogates(text)
+
+
+def escape_surrogates(text: str) -> str:
+    """JSON text with each lone surrogate written as its ``\\uXXXX`` escape (the same JSON, encodable)."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _not_allowed(exc: PgbusError, run: Run) -> str:
@@ -270,5 +327,5 @@ def register(bp: Blueprint, engine: Engine) -> Pages:
     bp.add_url_rule("/runs/<workflow_id>/signals", "signal", pages.signal, methods=["POST"])
     bp.add_url_rule("/attention", "attention", pages.attention)
     bp.add_url_rule("/attention/bulk", "bulk", pages.bulk, methods=["POST"])
-    bp.add_url_rule("/batches/<int:batch_id>", "batch", pages.batch)
+    bp.add_url_rule("/batches/<batch_id>", "batch", pages.batch)
     return pages
