@@ -97,7 +97,7 @@ class Run:
 
     @property
     def available_actions(self) -> list[str]:
-        return runner.available_actions(self.row, self.latest_step, self.class_loaded, self.row["db_now"])
+        return runner.available_actions(self.row, self.latest_step, self.klass, self.row["db_now"])
 
     def resume_plan(self) -> ResumePlan | None:
         """What ``resume()`` would do now (None unless paused)."""

@@ -923,16 +923,28 @@ def resume_plan(run: Row, latest: Row | None, klass: type[Workflow] | None) -> R
     return ResumePlan("run", name)
 
 
-def available_actions(run: Row, latest: Row | None, class_loaded: bool, now: datetime) -> list[str]:
-    """Exactly the verbs allowed on this run now."""
+def available_actions(run: Row, latest: Row | None, klass: type[Workflow] | None, now: datetime) -> list[str]:
+    """Exactly the verbs allowed on this run now (``klass`` is None when it cannot be imported here)."""
     actions = [a for a in states.ACTIONS if run["status"] in states.ALLOWED_FROM[a]]
+    if "skip" in actions and klass is not None and _nothing_left_to_skip(run, latest, klass):
+        actions.remove("skip")
     if "run_now" in actions and not (latest and latest["status"] == "scheduled" and latest["scheduled_at"] > now):
         actions.remove("run_now")
     if "reschedule" in actions and not (latest and latest["status"] == "scheduled"):
         actions.remove("reschedule")
-    if not class_loaded:
+    if klass is None:
         actions = [a for a in actions if a not in states.CLASS_ACTIONS]
     return actions
+
+
+def _nothing_left_to_skip(run: Row, latest: Row | None, klass: type[Workflow]) -> bool:
+    """Paused after its last step completed (or was skipped): resume finishes it, skip has no step."""
+    if run["status"] != "paused" or latest is None or latest["status"] not in ("completed", "skipped"):
+        return False
+    try:
+        return klass.next_step(latest["step_name"]) is None
+    except StepNotDefined:
+        return False
 
 
 def _check(engine: Engine, tx: Transaction, action: str, workflow_id: Any) -> tuple[Row, Row | None,
@@ -940,7 +952,7 @@ def _check(engine: Engine, tx: Transaction, action: str, workflow_id: Any) -> tu
     run = lock_run(tx, workflow_id)
     latest = latest_step(tx.conn, workflow_id)
     klass = load_class(engine, run["workflow_class"])
-    allowed = available_actions(run, latest, klass is not None, _now(tx))
+    allowed = available_actions(run, latest, klass, _now(tx))
     if action not in allowed:
         detail = None
         if action in states.CLASS_ACTIONS and klass is None and run["status"] in states.ALLOWED_FROM[action]:
@@ -1067,8 +1079,8 @@ def skip(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | 
         else:
             # Paused after its step completed: skip the step resume would run next.
             nxt = klass.next_step(latest["step_name"])
-            if nxt is None:
-                raise ActionNotAllowed("skip", run["status"], ["resume", "cancel"], "its last step already ended")
+            assert nxt is not None  # available_actions refused skip when the last step already ended
+            move_run(tx.conn, workflow_id, ["paused"], "paused", current_step=nxt.name)
             skipped = _q(tx.conn, """
                 INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status,
                     scheduled_at, finished_at, outcome)
