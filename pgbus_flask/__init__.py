@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from . import engine as _engine
 from . import logs as _logs
 from .errors import (
     ActionNotAllowed,
@@ -26,10 +25,6 @@ from .handle import Run
 from .workflow import Workflow, step
 
 _logs.install()
-
-
-def default_engine_is_unset() -> bool:
-    return _engine._default is None
 
 
 __all__ = [

@@ -22,6 +22,7 @@ from rq import Queue
 
 from .config import Settings
 from .db import Database
+from .definition import registry
 from .errors import ConfigError, PgbusError
 
 log = logging.getLogger("pgbus_flask")
@@ -66,8 +67,6 @@ class Engine:
 
     def queue_names(self) -> list[str]:
         """The default queue and every queue a registered workflow names, for the worker to listen on."""
-        from .workflow import registry
-
         names = [self.settings.queue]
         for klass in registry().values():
             for name in [klass.queue, *(s.queue for s in klass.steps)]:
@@ -143,6 +142,11 @@ def resolve_engine(bus: Any = None) -> Engine:
     if _default is not None:
         return _default
     return engine_from_environ()
+
+
+def default_engine_is_unset() -> bool:
+    """True until an engine was made the process default (the first ``PgBus(app)`` does)."""
+    return _default is None
 
 
 def engine_from_environ() -> Engine:

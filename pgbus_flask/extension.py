@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import Settings, keyword_values
 from .db import Transaction
-from .engine import Engine, resolve_engine
+from .engine import Engine, default_engine_is_unset, resolve_engine
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -39,8 +39,6 @@ class PgBus:
         values.update(self._overrides)
         engine = Engine(Settings.load(values))
         app.extensions["pgbus"] = engine
-        from . import default_engine_is_unset
-
         if default_engine_is_unset():
             engine.make_default()
         from .cli import pgbus_cli

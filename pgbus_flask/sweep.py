@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import runner, states
+from .db import Transaction
 from .engine import Engine
 from .errors import StepStalled, WaitTimedOut, WorkflowNotFound
 
@@ -165,7 +166,7 @@ def _expired_waits(engine: Engine, report: SweepReport) -> None:
                 report.wait_timeouts += 1
 
 
-def timed_out(engine: Engine, tx: runner.Transaction, run: runner.Row, step: runner.Row) -> bool:
+def timed_out(engine: Engine, tx: Transaction, run: runner.Row, step: runner.Row) -> bool:
     """Apply a waiting step's ``on_timeout``: fail (WaitTimedOut), skip, or continue without a signal."""
     klass = runner.load_class(engine, run["workflow_class"])
     spec = None

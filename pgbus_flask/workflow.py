@@ -5,197 +5,33 @@ An instance of the class is the context one step attempt runs in
 class itself starts runs (``OrderWorkflow.start(...)``).
 """
 
+
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, overload
+from datetime import timedelta
+from typing import Any, ClassVar
 
-from . import states
-from .errors import DefinitionError, StepNotDefined, UnknownWorkflow
-
-if TYPE_CHECKING:
-    from .engine import Engine
-    from .handle import Run
-
-
-Backoff = float | timedelta | Callable[[int], float | timedelta]
-
-
-@dataclass(frozen=True)
-class StepSpec:
-    """One declared step and its options."""
-
-    name: str
-    func: Callable[..., Any]
-    queue: str | None = None
-    priority: int | None = None
-    timeout: timedelta | None = None
-    on_error: str = "pause"
-    max_reattempts: int = 3
-    backoff: Backoff = 10.0
-    wait_for: str | None = None
-    wait_timeout: timedelta | None = None
-    on_timeout: str = "fail"
-
-    def describe(self) -> dict[str, Any]:
-        """The options that make up the definition digest."""
-        backoff = self.backoff
-        return {
-            "name": self.name,
-            "queue": self.queue,
-            "priority": self.priority,
-            "timeout": self.timeout.total_seconds() if self.timeout else None,
-            "on_error": self.on_error,
-            "max_reattempts": self.max_reattempts,
-            "backoff": backoff.total_seconds() if isinstance(backoff, timedelta)
-            else (backoff if isinstance(backoff, (int, float)) else getattr(backoff, "__qualname__", "callable")),
-            "wait_for": self.wait_for,
-            "wait_timeout": self.wait_timeout.total_seconds() if self.wait_timeout else None,
-            "on_timeout": self.on_timeout,
-        }
-
-    def backoff_seconds(self, reattempt: int) -> float:
-        """Delay before reattempt number ``reattempt`` (1-based): doubles each time, at most an hour."""
-        value = self.backoff
-        if callable(value) and not isinstance(value, (int, float, timedelta)):
-            value = value(reattempt)
-            return _as_seconds(value)
-        return min(_as_seconds(value) * 2 ** (reattempt - 1), 3600.0)
-
-
-def _as_seconds(value: float | timedelta) -> float:
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
-
-
-def _duration(name: str, value: Any) -> timedelta | None:
-    if value is None:
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = timedelta(seconds=value)
-    if not isinstance(value, timedelta) or value <= timedelta(0):
-        raise DefinitionError(f"{name} must be a positive timedelta or number of seconds, got {value!r}")
-    return value
-
-
-class _StepMarker:
-    """What ``@step`` leaves on the class until ``__init_subclass__`` collects it."""
-
-    counter = 0
-
-    def __init__(self, func: Callable[..., Any], options: dict[str, Any]) -> None:
-        self.func = func
-        self.options = options
-        _StepMarker.counter += 1
-        self.order = _StepMarker.counter
-
-    def build(self, name: str) -> StepSpec:
-        opts = dict(self.options)
-        on_error = opts.get("on_error", "pause")
-        if on_error not in states.ON_ERROR:
-            raise DefinitionError(f"step {name}: on_error must be one of {states.ON_ERROR}, got {on_error!r}")
-        on_timeout = opts.get("on_timeout", "fail")
-        if on_timeout not in states.ON_TIMEOUT:
-            raise DefinitionError(f"step {name}: on_timeout must be one of {states.ON_TIMEOUT}, got {on_timeout!r}")
-        max_reattempts = opts.get("max_reattempts", 3)
-        if not isinstance(max_reattempts, int) or max_reattempts < 0:
-            raise DefinitionError(f"step {name}: max_reattempts must be a non-negative int, got {max_reattempts!r}")
-        priority = opts.get("priority")
-        if priority is not None and not isinstance(priority, int):
-            raise DefinitionError(f"step {name}: priority must be an int, got {priority!r}")
-        wait_for = opts.get("wait_for")
-        if wait_for is not None and (not isinstance(wait_for, str) or not wait_for):
-            raise DefinitionError(f"step {name}: wait_for must be a signal name, got {wait_for!r}")
-        if opts.get("wait_timeout") is not None and wait_for is None:
-            raise DefinitionError(f"step {name}: wait_timeout needs wait_for")
-        backoff = opts.get("backoff", 10.0)
-        if not (callable(backoff) or isinstance(backoff, (int, float, timedelta))) or isinstance(backoff, bool):
-            raise DefinitionError(f"step {name}: backoff must be seconds, a timedelta or a callable")
-        return StepSpec(
-            name=name,
-            func=self.func,
-            queue=opts.get("queue"),
-            priority=priority,
-            timeout=_duration(f"step {name}: timeout", opts.get("timeout")),
-            on_error=on_error,
-            max_reattempts=max_reattempts,
-            backoff=backoff,
-            wait_for=wait_for,
-            wait_timeout=_duration(f"step {name}: wait_timeout", opts.get("wait_timeout")),
-            on_timeout=on_timeout,
-        )
-
-
-_STEP_OPTIONS = frozenset(
-    ("queue", "priority", "timeout", "on_error", "max_reattempts", "backoff", "wait_for", "wait_timeout", "on_timeout")
+from . import runner, states
+from .definition import (  # noqa: F401  (re-exported: the public names of declaring a workflow)
+    REGISTRY,
+    Backoff,
+    FanOut,
+    PauseRequested,
+    ReattemptRequested,
+    ReceivedSignal,
+    StepSpec,
+    _as_seconds,
+    _StepMarker,
+    registered,
+    registry,
+    step,
 )
-
-
-@overload
-def step(func: Callable[..., Any]) -> Any: ...
-@overload
-def step(func: None = None, **options: Any) -> Callable[[Callable[..., Any]], Any]: ...
-
-
-def step(func: Callable[..., Any] | None = None, **options: Any) -> Any:
-    """Declare a method as the next step of its workflow: ``@step`` or ``@step(on_error="reattempt")``.
-
-    Options: ``queue``, ``priority`` (a positive one puts the job at the front
-    of its queue), ``timeout`` (the attempt's stall deadline and RQ's job
-    timeout), ``on_error`` (``"pause"``, ``"reattempt"``, ``"cancel"``,
-    ``"skip"``), ``max_reattempts``, ``backoff`` (seconds, doubled each
-    reattempt, or a callable of the reattempt number), ``wait_for`` (a signal
-    name), ``wait_timeout`` and ``on_timeout`` (``"fail"``, ``"skip"``,
-    ``"continue"``).
-    """
-    unknown = set(options) - _STEP_OPTIONS
-    if unknown:
-        raise DefinitionError(f"unknown step option(s): {', '.join(sorted(unknown))}")
-    if func is not None:
-        return _StepMarker(func, {})
-    return lambda f: _StepMarker(f, options)
-
-
-@dataclass(frozen=True)
-class ReceivedSignal:
-    """The signal a ``wait_for`` step runs with."""
-
-    id: int
-    name: str
-    payload: Any
-    received_at: datetime
-
-
-@dataclass(frozen=True)
-class FanOut:
-    """What ``self.fan_out(...)`` returns: the step parks until every child is done."""
-
-    func: str
-    args: tuple[tuple[Any, ...], ...]
-    on_child_failure: str = "fail"
-
-
-class PauseRequested(Exception):
-    """Raised by ``self.pause(reason)`` inside a step."""
-
-    def __init__(self, reason: str | None) -> None:
-        self.reason = reason
-        super().__init__(reason or "paused by the step")
-
-
-class ReattemptRequested(Exception):
-    """Raised by ``self.reattempt(wait=...)`` inside a step."""
-
-    def __init__(self, wait: float) -> None:
-        self.wait = wait
-        super().__init__(f"reattempt in {wait}s")
-
-
-_REGISTRY: dict[str, type[Workflow]] = {}
+from .engine import Engine, resolve_engine
+from .errors import DefinitionError, StepNotDefined
+from .handle import Run
 
 
 class Workflow:
@@ -231,13 +67,13 @@ class Workflow:
         cls.definition_digest = hashlib.sha256(
             json.dumps(description, sort_keys=True, default=str).encode()
         ).hexdigest()[:16]
-        existing = _REGISTRY.get(cls.workflow_name)
+        existing = REGISTRY.get(cls.workflow_name)
         if existing is not None and (existing.__module__, existing.__qualname__) != (cls.__module__, cls.__qualname__):
             raise DefinitionError(
                 f"two workflow classes named {cls.workflow_name!r}: {existing.__module__}.{existing.__qualname__} "
                 f"and {cls.__module__}.{cls.__qualname__} (set workflow_name on one)"
             )
-        _REGISTRY[cls.workflow_name] = cls
+        REGISTRY[cls.workflow_name] = cls
 
     # -- the class side -------------------------------------------------
 
@@ -267,13 +103,12 @@ class Workflow:
         **kwargs: Any,
     ) -> Run:
         """Start a run; see :func:`pgbus_flask.runner.start`."""
-        from . import runner
-        from .engine import resolve_engine
-
-        return runner.start(
-            resolve_engine(bus), cls, args, kwargs, subject=subject, idempotency_key=idempotency_key,
-            actor=actor, conn=conn,
-        )
+        engine = resolve_engine(bus)
+        started = runner.start(engine, cls, args, kwargs, subject=subject, idempotency_key=idempotency_key,
+                               actor=actor, conn=conn)
+        if started.run is None:
+            return Run(engine, started.workflow_id)
+        return Run.from_rows(engine, started.run, started.first_step, cls)
 
     # -- the step side --------------------------------------------------
 
@@ -303,10 +138,8 @@ class Workflow:
     def output_of(self, step_name: str) -> Any:
         """The stored output of an earlier completed step of this run."""
         if self._outputs is None:  # read once, on the first call
-            from .runner import completed_outputs
-
             with self.engine.db.reading() as conn:
-                self._outputs = completed_outputs(conn, self.workflow_id)
+                self._outputs = runner.completed_outputs(conn, self.workflow_id)
         if step_name not in self._outputs:
             type(self).step_spec(step_name)  # StepNotDefined for a name the class lacks
             raise KeyError(f"step {step_name!r} has no completed output in run {self.workflow_id}")
@@ -344,20 +177,3 @@ class Workflow:
         if not children:
             raise DefinitionError("fan_out needs at least one argument tuple")
         return FanOut(path, children, on_child_failure)
-
-
-def registered(name: str, imports: Iterable[str] = ()) -> type[Workflow]:
-    """The workflow class registered as ``name``, importing ``imports`` first if needed."""
-    klass = _REGISTRY.get(name)
-    if klass is None:
-        for module in imports:
-            importlib.import_module(module)
-        klass = _REGISTRY.get(name)
-    if klass is None:
-        raise UnknownWorkflow(name)
-    return klass
-
-
-def registry() -> dict[str, type[Workflow]]:
-    """Every registered workflow class by name (a copy)."""
-    return dict(_REGISTRY)

@@ -1,0 +1,215 @@
+"""What a workflow declares: steps and their options, and what a step may return or raise.
+
+The layer below the runner: :class:`StepSpec` (one ``@step`` and its options),
+the ``step`` decorator, :class:`FanOut`, the control exceptions a step raises
+to pause or reattempt, the signal a step receives, and the registry of
+workflow classes by name. :mod:`pgbus_flask.workflow` builds the ``Workflow``
+base class on top of it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, overload
+
+from . import states
+from .errors import DefinitionError, UnknownWorkflow
+
+if TYPE_CHECKING:
+    from .workflow import Workflow
+
+
+Backoff = float | timedelta | Callable[[int], float | timedelta]
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One declared step and its options."""
+
+    name: str
+    func: Callable[..., Any]
+    queue: str | None = None
+    priority: int | None = None
+    timeout: timedelta | None = None
+    on_error: str = "pause"
+    max_reattempts: int = 3
+    backoff: Backoff = 10.0
+    wait_for: str | None = None
+    wait_timeout: timedelta | None = None
+    on_timeout: str = "fail"
+
+    def describe(self) -> dict[str, Any]:
+        """The options that make up the definition digest."""
+        backoff = self.backoff
+        return {
+            "name": self.name,
+            "queue": self.queue,
+            "priority": self.priority,
+            "timeout": self.timeout.total_seconds() if self.timeout else None,
+            "on_error": self.on_error,
+            "max_reattempts": self.max_reattempts,
+            "backoff": backoff.total_seconds() if isinstance(backoff, timedelta)
+            else (backoff if isinstance(backoff, (int, float)) else getattr(backoff, "__qualname__", "callable")),
+            "wait_for": self.wait_for,
+            "wait_timeout": self.wait_timeout.total_seconds() if self.wait_timeout else None,
+            "on_timeout": self.on_timeout,
+        }
+
+    def backoff_seconds(self, reattempt: int) -> float:
+        """Delay before reattempt number ``reattempt`` (1-based): doubles each time, at most an hour."""
+        value = self.backoff
+        if callable(value) and not isinstance(value, (int, float, timedelta)):
+            value = value(reattempt)
+            return _as_seconds(value)
+        return min(_as_seconds(value) * 2 ** (reattempt - 1), 3600.0)
+
+
+def _as_seconds(value: float | timedelta) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def _duration(name: str, value: Any) -> timedelta | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = timedelta(seconds=value)
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        raise DefinitionError(f"{name} must be a positive timedelta or number of seconds, got {value!r}")
+    return value
+
+
+class _StepMarker:
+    """What ``@step`` leaves on the class until ``__init_subclass__`` collects it."""
+
+    counter = 0
+
+    def __init__(self, func: Callable[..., Any], options: dict[str, Any]) -> None:
+        self.func = func
+        self.options = options
+        _StepMarker.counter += 1
+        self.order = _StepMarker.counter
+
+    def build(self, name: str) -> StepSpec:
+        opts = dict(self.options)
+        on_error = opts.get("on_error", "pause")
+        if on_error not in states.ON_ERROR:
+            raise DefinitionError(f"step {name}: on_error must be one of {states.ON_ERROR}, got {on_error!r}")
+        on_timeout = opts.get("on_timeout", "fail")
+        if on_timeout not in states.ON_TIMEOUT:
+            raise DefinitionError(f"step {name}: on_timeout must be one of {states.ON_TIMEOUT}, got {on_timeout!r}")
+        max_reattempts = opts.get("max_reattempts", 3)
+        if not isinstance(max_reattempts, int) or max_reattempts < 0:
+            raise DefinitionError(f"step {name}: max_reattempts must be a non-negative int, got {max_reattempts!r}")
+        priority = opts.get("priority")
+        if priority is not None and not isinstance(priority, int):
+            raise DefinitionError(f"step {name}: priority must be an int, got {priority!r}")
+        wait_for = opts.get("wait_for")
+        if wait_for is not None and (not isinstance(wait_for, str) or not wait_for):
+            raise DefinitionError(f"step {name}: wait_for must be a signal name, got {wait_for!r}")
+        if opts.get("wait_timeout") is not None and wait_for is None:
+            raise DefinitionError(f"step {name}: wait_timeout needs wait_for")
+        backoff = opts.get("backoff", 10.0)
+        if not (callable(backoff) or isinstance(backoff, (int, float, timedelta))) or isinstance(backoff, bool):
+            raise DefinitionError(f"step {name}: backoff must be seconds, a timedelta or a callable")
+        return StepSpec(
+            name=name,
+            func=self.func,
+            queue=opts.get("queue"),
+            priority=priority,
+            timeout=_duration(f"step {name}: timeout", opts.get("timeout")),
+            on_error=on_error,
+            max_reattempts=max_reattempts,
+            backoff=backoff,
+            wait_for=wait_for,
+            wait_timeout=_duration(f"step {name}: wait_timeout", opts.get("wait_timeout")),
+            on_timeout=on_timeout,
+        )
+
+
+_STEP_OPTIONS = frozenset(
+    ("queue", "priority", "timeout", "on_error", "max_reattempts", "backoff", "wait_for", "wait_timeout", "on_timeout")
+)
+
+
+@overload
+def step(func: Callable[..., Any]) -> Any: ...
+@overload
+def step(func: None = None, **options: Any) -> Callable[[Callable[..., Any]], Any]: ...
+
+
+def step(func: Callable[..., Any] | None = None, **options: Any) -> Any:
+    """Declare a method as the next step of its workflow: ``@step`` or ``@step(on_error="reattempt")``.
+
+    Options: ``queue``, ``priority`` (a positive one puts the job at the front
+    of its queue), ``timeout`` (the attempt's stall deadline and RQ's job
+    timeout), ``on_error`` (``"pause"``, ``"reattempt"``, ``"cancel"``,
+    ``"skip"``), ``max_reattempts``, ``backoff`` (seconds, doubled each
+    reattempt, or a callable of the reattempt number), ``wait_for`` (a signal
+    name), ``wait_timeout`` and ``on_timeout`` (``"fail"``, ``"skip"``,
+    ``"continue"``).
+    """
+    unknown = set(options) - _STEP_OPTIONS
+    if unknown:
+        raise DefinitionError(f"unknown step option(s): {', '.join(sorted(unknown))}")
+    if func is not None:
+        return _StepMarker(func, {})
+    return lambda f: _StepMarker(f, options)
+
+
+@dataclass(frozen=True)
+class ReceivedSignal:
+    """The signal a ``wait_for`` step runs with."""
+
+    id: int
+    name: str
+    payload: Any
+    received_at: datetime
+
+
+@dataclass(frozen=True)
+class FanOut:
+    """What ``self.fan_out(...)`` returns: the step parks until every child is done."""
+
+    func: str
+    args: tuple[tuple[Any, ...], ...]
+    on_child_failure: str = "fail"
+
+
+class PauseRequested(Exception):
+    """Raised by ``self.pause(reason)`` inside a step."""
+
+    def __init__(self, reason: str | None) -> None:
+        self.reason = reason
+        super().__init__(reason or "paused by the step")
+
+
+class ReattemptRequested(Exception):
+    """Raised by ``self.reattempt(wait=...)`` inside a step."""
+
+    def __init__(self, wait: float) -> None:
+        self.wait = wait
+        super().__init__(f"reattempt in {wait}s")
+
+
+#: Every workflow class with steps, by ``workflow_name``; filled by ``Workflow.__init_subclass__``.
+REGISTRY: dict[str, type[Workflow]] = {}
+
+
+def registered(name: str, imports: Iterable[str] = ()) -> type[Workflow]:
+    """The workflow class registered as ``name``, importing ``imports`` first if needed."""
+    klass = REGISTRY.get(name)
+    if klass is None:
+        for module in imports:
+            importlib.import_module(module)
+        klass = REGISTRY.get(name)
+    if klass is None:
+        raise UnknownWorkflow(name)
+    return klass
+
+
+def registry() -> dict[str, type[Workflow]]:
+    """Every registered workflow class by name (a copy)."""
+    return dict(REGISTRY)

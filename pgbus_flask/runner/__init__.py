@@ -1,0 +1,63 @@
+"""The runner: the only code that changes a run's or a step's status.
+
+Every transition is a guarded ``UPDATE ... WHERE status IN (...)`` made while
+holding the run's row lock (``SELECT ... FOR UPDATE``), and writes its audit
+event in the same transaction. A guarded update that moves no row did not
+happen. No lock is held while user step code runs: an attempt is a claim
+transaction, the step's code, then an outcome transaction.
+
+One module per concern, lowest first (each imports only those above it):
+
+- ``rows``: row reads, the run lock, ``move_run`` / ``move_step`` (the only
+  status-changing UPDATEs) and audit events;
+- ``scheduling``: a new scheduled attempt, the step after, and the
+  after-commit enqueue (the only place a step job is sent);
+- ``policy``: what a failed attempt does next (reattempt, pause, cancel, skip);
+- ``fanout``: a step's batch of child jobs;
+- ``attempt``: a step attempt (claim, the step's code, its outcome);
+- ``start``: a new run; ``signals``: sending and delivering signals;
+- ``allowed``: which verbs a run allows now and what resume would do;
+- ``verbs``: pause, resume, skip, cancel ... as the API, CLI and dashboard call them.
+
+Nothing outside this package writes a status: the sweep, the jobs and the
+verbs all come through here.
+"""
+
+from __future__ import annotations
+
+from .allowed import ResumePlan, available_actions, resume_plan
+from .attempt import Claim, claim_attempt, park_on_signal, record_outcome, run_attempt
+from .fanout import finish_batch, open_batch, record_child
+from .policy import fail_attempt
+from .rows import (
+    RESCHEDULE_EARLIEST,
+    RESCHEDULE_LATEST,
+    Row,
+    _now,
+    _q,
+    cap,
+    check_who,
+    completed_outputs,
+    error_name,
+    latest_step,
+    load_class,
+    lock_run,
+    move_run,
+    move_step,
+    record_event,
+    worker_name,
+)
+from .scheduling import _send_after_commit, advance, resend_step, schedule_step
+from .signals import SignalResult, send_signal
+from .start import Started, start
+from .verbs import cancel, pause, rerun, reschedule, resume, resume_at, run_now, skip
+
+__all__ = [
+    "RESCHEDULE_EARLIEST", "RESCHEDULE_LATEST", "Claim", "ResumePlan", "Row", "SignalResult", "Started",
+    "_now", "_q", "_send_after_commit", "advance", "available_actions", "cancel", "cap", "check_who",
+    "claim_attempt", "completed_outputs", "error_name", "fail_attempt", "finish_batch", "latest_step",
+    "load_class", "lock_run", "move_run", "move_step", "open_batch", "park_on_signal", "pause",
+    "record_child", "record_event", "record_outcome", "rerun", "reschedule", "resend_step", "resume",
+    "resume_at", "resume_plan", "run_attempt", "run_now", "schedule_step", "send_signal", "skip", "start",
+    "worker_name",
+]

@@ -1,0 +1,281 @@
+"""A step attempt: the claim, the step's code, and recording its outcome."""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from .. import payload, states
+from ..db import Transaction
+from ..definition import FanOut, PauseRequested, ReattemptRequested, ReceivedSignal, StepSpec
+from ..errors import ArgumentsNotSerializable, DatabaseError, DatabaseUnavailable, StepNotDefined, UnknownWorkflow
+from .fanout import open_batch
+from .policy import fail_attempt
+from .rows import (
+    Row,
+    _consume_signal_of,
+    _now,
+    _q,
+    _set_now,
+    cap,
+    error_name,
+    load_class,
+    lock_run,
+    move_run,
+    move_step,
+    record_event,
+    worker_name,
+)
+from .scheduling import _route, advance, schedule_step
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+    from ..workflow import Workflow
+
+log = logging.getLogger("pgbus_flask")
+
+
+@dataclass
+class Claim:
+    run: Row
+    step: Row
+    klass: type[Workflow]
+    spec: StepSpec
+    outputs: dict[str, Any] | None  # None: read on the step's first output_of()
+    signal: ReceivedSignal | None
+
+
+def _held_or_claim_signal(conn: psycopg.Connection[Any], step: Row, name: str) -> tuple[Row | None, bool]:
+    """The signal an earlier attempt of this step holds, else the oldest pending one claimed now."""
+    held = _q(
+        conn,
+        "SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s AND status = 'claimed' AND claimed_by_step_id IN"
+        " (SELECT id FROM pgbus_workflow_steps WHERE workflow_id = %s AND step_name = %s) ORDER BY id LIMIT 1",
+        (step["workflow_id"], step["workflow_id"], step["step_name"]),
+    ).fetchone()
+    if held is not None:
+        return held, False
+    claimed = _q(
+        conn,
+        """
+        UPDATE pgbus_workflow_signals SET status = 'claimed', claimed_by_step_id = %(step)s, claimed_at = now()
+        WHERE id = (SELECT id FROM pgbus_workflow_signals WHERE workflow_id = %(wid)s AND name = %(name)s
+                    AND status = 'pending' ORDER BY id LIMIT 1)
+          AND status = 'pending'
+        RETURNING *
+        """,
+        {"step": step["id"], "wid": step["workflow_id"], "name": name},
+    ).fetchone()
+    return claimed, claimed is not None
+
+
+def _received(signal: Row | None) -> ReceivedSignal | None:
+    if signal is None:
+        return None
+    return ReceivedSignal(signal["id"], signal["name"], payload.from_json(signal["payload"]), signal["created_at"])
+
+
+def claim_attempt(engine: Engine, step_id: int, job_id: str | None) -> Claim | None:
+    """scheduled -> in_progress for a due step of a ready run; None makes the job a no-op."""
+    with engine.db.transaction() as tx:
+        # The run's row lock, the step's name and now(), in one round trip.
+        run = _q(
+            tx.conn,
+            "SELECT w.*, s.step_name AS claim_step, now() AS tx_now FROM pgbus_workflows w"
+            " JOIN pgbus_workflow_steps s ON s.workflow_id = w.workflow_id AND s.id = %s FOR UPDATE OF w",
+            (step_id,),
+        ).fetchone()
+        if run is None or run["status"] != "ready":
+            return None
+        _set_now(tx, run["tx_now"])
+        step_name = run["claim_step"]
+        klass = load_class(engine, run["workflow_class"])
+        spec: StepSpec | None = None
+        problem: Exception | None = None
+        if klass is None:
+            problem = UnknownWorkflow(run["workflow_class"])
+        else:
+            try:
+                spec = klass.step_spec(step_name)
+            except StepNotDefined as exc:
+                problem = exc
+        # Claim the attempt and mark the run running in one statement.
+        step = _q(
+            tx.conn,
+            """
+            WITH claimed AS (
+                UPDATE pgbus_workflow_steps SET status = 'in_progress', started_at = now(),
+                    stall_at = now() + make_interval(secs => %(timeout)s), job_id = COALESCE(%(job)s, job_id),
+                    worker = %(worker)s, app_revision = %(rev)s
+                WHERE id = %(id)s AND status = 'scheduled' AND scheduled_at <= now() + interval '1 second'
+                RETURNING *
+            ), running AS (
+                UPDATE pgbus_workflows SET status = 'running', updated_at = now()
+                WHERE workflow_id = %(wid)s AND status = 'ready' AND %(runnable)s AND EXISTS (SELECT 1 FROM claimed)
+            )
+            SELECT * FROM claimed
+            """,
+            {"id": step_id, "wid": run["workflow_id"], "job": job_id, "worker": worker_name(),
+             "rev": engine.settings.app_revision, "runnable": problem is None,
+             "timeout": _route(engine, klass, step_name)[2].total_seconds()},
+        ).fetchone()
+        if step is None:
+            return None
+        if problem is not None or klass is None or spec is None:
+            # Nothing here can run this step: record why and pause for a person.
+            assert problem is not None
+            step = move_step(tx.conn, step_id, ["in_progress"], "failed", finished_at=_now(tx), outcome="failed",
+                             error_class=error_name(problem), error_message=cap(problem, states.MESSAGE_LIMIT))
+            move_run(tx.conn, run["workflow_id"], ["ready"], "paused", paused_at=_now(tx))
+            record_event(tx, run["workflow_id"], "step_failed", "system", step=step,
+                         details={"error_class": error_name(problem), "error_message": str(problem)})
+            record_event(tx, run["workflow_id"], "paused", "system", reason=str(problem), step=step)
+            return None
+        run = {**run, "status": "running"}
+        record_event(tx, run["workflow_id"], "step_started", "system", step=step,
+                     details={"worker": step["worker"]})
+        signal: Row | None = None
+        if spec.wait_for and not step["wait_timed_out"]:
+            signal, claimed_now = _held_or_claim_signal(tx.conn, step, spec.wait_for)
+            if claimed_now:
+                record_event(tx, run["workflow_id"], "signal_claimed", "system", step=step,
+                             details={"signal": spec.wait_for, "signal_id": signal["id"]})  # type: ignore[index]
+            if signal is None:
+                park_on_signal(tx, run, step, spec)
+                return None
+        return Claim(run, step, klass, spec, None, _received(signal))
+
+
+def park_on_signal(tx: Transaction, run: Row, step: Row, spec: StepSpec) -> None:
+    timeout = spec.wait_timeout.total_seconds() if spec.wait_timeout else None
+    parked = _q(
+        tx.conn,
+        "UPDATE pgbus_workflow_steps SET status = 'waiting', waiting_since = COALESCE(waiting_since, now()),"
+        " timeout_at = COALESCE(timeout_at, now() + make_interval(secs => %s)) WHERE id = %s"
+        " AND status = 'in_progress' RETURNING *",
+        (timeout, step["id"]),
+    ).fetchone()
+    move_run(tx.conn, run["workflow_id"], ["running"], "waiting")
+    record_event(tx, run["workflow_id"], "step_waiting", "system", step=parked,
+                 details={"signal": spec.wait_for, "timeout_at": parked["timeout_at"] if parked else None})
+
+
+def run_attempt(engine: Engine, step_id: int, job_id: str | None = None) -> None:
+    """One delivery of a step job: claim, run the step's code outside any lock, record the outcome."""
+    claim = claim_attempt(engine, step_id, job_id)
+    if claim is None:
+        return
+    run, step = claim.run, claim.step
+    arguments = payload.from_json(run["arguments"]) or {}
+    context = claim.klass(
+        engine=engine, workflow_id=run["workflow_id"], args=arguments.get("args", ()),
+        kwargs=arguments.get("kwargs", {}),
+        subject=(run["subject_type"], run["subject_id"]) if run["subject_type"] else None,
+        attempt=step["attempt"], step_name=step["step_name"], outputs=claim.outputs,
+        received_signal=claim.signal,
+    )
+    try:
+        result: Any = claim.spec.func(context)
+    except (PauseRequested, ReattemptRequested) as request:
+        _record_with_retry(engine, claim, request=request)
+        return
+    except Exception as exc:  # the step's own failure: its error policy decides
+        _record_with_retry(engine, claim, error=exc)
+        return
+    _record_with_retry(engine, claim, result=result)
+
+
+def _record_with_retry(engine: Engine, claim: Claim, **outcome: Any) -> None:
+    """Record an outcome, waiting out a PostgreSQL outage (up to the attempt's stall deadline):
+    the step's work is done and should not be lost to a dropped connection.
+
+    Only an outage (or a serialization failure or deadlock) is retried. When PostgreSQL
+    refuses the outcome itself (DatabaseError), the attempt is recorded as failed with
+    that refusal as its error, so the run pauses on a reason an operator can read
+    instead of stalling with the outcome lost.
+    """
+    delay = 0.5
+    deadline = time.monotonic() + max(_route(engine, claim.klass, claim.step["step_name"])[2].total_seconds(), 5)
+    refused = False
+    while True:
+        try:
+            record_outcome(engine, claim, **outcome)
+            return
+        except DatabaseError as exc:
+            retryable = (exc.sqlstate or "").startswith("40")
+            if not retryable and not refused:
+                log.warning("pgbus: PostgreSQL refused the outcome of step %s (%s); recording it as failed",
+                            claim.step["id"], exc)
+                refused, outcome = True, {"error": exc}
+                continue
+            if not retryable or time.monotonic() + delay > deadline:
+                raise
+        except DatabaseUnavailable:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("pgbus: PostgreSQL unreachable while recording step %s; retrying in %.1fs",
+                        claim.step["id"], delay)
+            engine.db.discard_broken()
+        time.sleep(delay)
+        delay = min(delay * 2, 10.0)
+
+
+def _error_columns(exc: BaseException) -> dict[str, Any]:
+    try:
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:  # an exception that cannot even be formatted keeps its class and message
+        trace = None
+    return {
+        "error_class": cap(error_name(exc), 500),
+        "error_message": cap(exc, states.MESSAGE_LIMIT),
+        "backtrace": cap(trace, states.BACKTRACE_LIMIT),
+    }
+
+
+def record_outcome(engine: Engine, claim: Claim, *, result: Any = None, error: BaseException | None = None,
+                   request: Exception | None = None) -> None:
+    """Apply an attempt's outcome, only while the attempt is still in_progress."""
+    step = claim.step
+    output: Any = None
+    if error is None and request is None and not isinstance(result, FanOut):
+        try:
+            output = payload.to_json(result, what=f"the output of step {step['step_name']}")
+        except ArgumentsNotSerializable as exc:
+            error = exc
+    with engine.db.transaction() as tx:
+        run = lock_run(tx, step["workflow_id"], attempt=step["id"])
+        if run["attempt_status"] != "in_progress":
+            record_event(tx, run["workflow_id"], "late_completion_ignored", "system", step=step,
+                         details={"status": run["attempt_status"], "outcome": "failed" if error else "completed"})
+            return
+        if isinstance(request, PauseRequested):
+            failed = move_step(tx.conn, step["id"], ["in_progress"], "failed", finished_at=_now(tx), outcome="paused",
+                               error_message=cap(request.reason, states.MESSAGE_LIMIT))
+            move_run(tx.conn, run["workflow_id"], ["running"], "paused", paused_at=_now(tx))
+            record_event(tx, run["workflow_id"], "paused", "system", reason=request.reason, step=failed)
+        elif isinstance(request, ReattemptRequested):
+            failed = move_step(tx.conn, step["id"], ["in_progress"], "failed", finished_at=_now(tx),
+                               outcome="reattempted", error_message="reattempt requested by the step")
+            record_event(tx, run["workflow_id"], "step_reattempted", "system", step=failed,
+                         details={"wait": request.wait})
+            if run["status"] == "running":
+                move_run(tx.conn, run["workflow_id"], ["running"], "ready")
+                schedule_step(engine, tx, run, claim.klass, step["step_name"], actor="system", delay=request.wait)
+        elif error is not None:
+            fail_attempt(engine, tx, run, claim.klass, step, _error_columns(error), actor="system")
+        elif isinstance(result, FanOut):
+            open_batch(engine, tx, run, claim.spec, claim.klass, step, result)
+        else:
+            done = move_step(tx.conn, step["id"], ["in_progress"], "completed", finished_at=_now(tx),
+                             outcome="completed", output=Jsonb(output))
+            if claim.spec.wait_for:
+                _consume_signal_of(tx.conn, step)
+            record_event(tx, run["workflow_id"], "step_completed", "system", step=done)
+            if run["status"] == "running":
+                advance(engine, tx, run, claim.klass, step["step_name"], actor="system")

@@ -1,0 +1,76 @@
+"""The error policy: what a failed attempt does next (reattempt, pause, cancel, skip)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .. import states
+from ..db import Transaction
+from ..definition import StepSpec
+from ..errors import StepNotDefined
+from .rows import Row, _cancel_open_steps, _consume_signal_of, _now, move_run, move_step, record_event
+from .scheduling import advance, schedule_step
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+    from ..workflow import Workflow
+
+
+def fail_attempt(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow] | None, step: Row,
+                 error: dict[str, Any], *, actor: str, open_from: Sequence[str] = ("in_progress",)) -> None:
+    """An attempt failed: record the error, then apply the step's error policy.
+
+    The policy acts only on a run that is still going (running or waiting);
+    a paused run just keeps the failure, and resume retries the step.
+    """
+    spec: StepSpec | None = None
+    if klass is not None:
+        try:
+            spec = klass.step_spec(step["step_name"])
+        except StepNotDefined:
+            spec = None
+    policy = spec.on_error if spec else "pause"
+    active = run["status"] in ("running", "waiting")
+    outcome = "failed"
+    consecutive = 0
+    if active and policy == "reattempt" and spec is not None:
+        outcomes = [r[0] for r in tx.conn.execute(
+            "SELECT outcome FROM pgbus_workflow_steps WHERE workflow_id = %s AND step_name = %s AND id <> %s"
+            " AND outcome IS NOT NULL ORDER BY attempt DESC",
+            (step["workflow_id"], step["step_name"], step["id"]),
+        )]
+        for value in outcomes:
+            if value != "reattempted":
+                break
+            consecutive += 1
+        if consecutive < spec.max_reattempts:
+            outcome = "reattempted"
+        else:
+            policy = "pause"
+    to = "skipped" if active and policy == "skip" else "failed"
+    failed = move_step(tx.conn, step["id"], list(open_from), to, finished_at=_now(tx), outcome=outcome, **error)
+    if failed is None:
+        return
+    details = {"error_class": error.get("error_class"), "error_message": error.get("error_message")}
+    record_event(tx, run["workflow_id"], "step_failed", actor, step=failed, details=details)
+    wid = run["workflow_id"]
+    if not active:
+        return
+    summary = f"{error.get('error_class')}: {error.get('error_message')}"
+    if outcome == "reattempted" and spec is not None:
+        delay = spec.backoff_seconds(consecutive + 1)
+        record_event(tx, wid, "step_reattempted", actor, step=failed, details={"wait": delay})
+        move_run(tx.conn, wid, ["running", "waiting"], "ready")
+        schedule_step(engine, tx, run, klass, step["step_name"], actor=actor, delay=delay)
+    elif policy == "cancel":
+        _cancel_open_steps(tx.conn, wid)
+        move_run(tx.conn, wid, states.ONGOING, "cancelled", finished_at=_now(tx))
+        record_event(tx, wid, "cancelled", actor, reason=summary, step=failed)
+    elif policy == "skip":
+        _consume_signal_of(tx.conn, failed)
+        record_event(tx, wid, "step_skipped", actor, reason=summary, step=failed)
+        advance(engine, tx, run, klass, step["step_name"], actor=actor)
+    else:
+        move_run(tx.conn, wid, ["running", "waiting"], "paused", paused_at=_now(tx))
+        record_event(tx, wid, "paused", actor, reason=summary, step=failed)

@@ -1,0 +1,200 @@
+"""Rows, locks and audit events: the guarded UPDATEs every transition is made of."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from .. import payload, states
+from ..db import Transaction
+from ..definition import registered
+from ..errors import InvalidInput, UnknownWorkflow, WorkflowNotFound
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+    from ..workflow import Workflow
+
+log = logging.getLogger("pgbus_flask")
+
+
+Row = dict[str, Any]
+
+#: The times reschedule accepts (what Python, PostgreSQL and RQ can all hold).
+RESCHEDULE_EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+RESCHEDULE_LATEST = datetime(9998, 12, 31, tzinfo=timezone.utc)
+
+
+def cap(text: Any, limit: int) -> str | None:
+    """``text`` as storable text (NUL and lone surrogates escaped, see payload), cut to ``limit``."""
+    if text is None:
+        return None
+    text = payload.safe_str(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def check_who(actor: Any, reason: Any) -> None:
+    """Refuse (InvalidInput, before anything is written) an actor or reason that cannot be stored as given."""
+    payload.check_text(actor, "actor", max_bytes=states.ACTOR_LIMIT, allow_newlines=False)
+    if reason is not None:
+        payload.check_text(reason, "reason", required=False)
+        if len(reason) > states.REASON_LIMIT:
+            raise InvalidInput("reason", f"is {len(reason):,} characters long; at most {states.REASON_LIMIT:,} "
+                                         "are allowed")
+
+
+def error_name(exc: BaseException) -> str:
+    klass = type(exc)
+    module = klass.__module__
+    return klass.__qualname__ if module == "builtins" else f"{module}.{klass.__qualname__}"
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _q(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:
+    return conn.cursor(row_factory=dict_row).execute(sql, params)  # type: ignore[arg-type]
+
+
+def lock_run(tx: Transaction, workflow_id: Any, *, attempt: int | None = None) -> Row:
+    """The run's row, locked until the transaction ends (WorkflowNotFound if there is none).
+
+    The same round trip reads the transaction's now() and, given ``attempt``, that step
+    row's status (as ``attempt_status``).
+    """
+    row = _q(
+        tx.conn,
+        "SELECT w.*, now() AS tx_now, (SELECT status FROM pgbus_workflow_steps WHERE id = %s) AS attempt_status"
+        " FROM pgbus_workflows w WHERE w.workflow_id = %s FOR UPDATE",
+        (attempt, workflow_id),
+    ).fetchone()
+    if row is None:
+        raise WorkflowNotFound(workflow_id)
+    _set_now(tx, row["tx_now"])
+    return row  # type: ignore[no-any-return]
+
+
+def latest_step(conn: psycopg.Connection[Any], workflow_id: Any) -> Row | None:
+    return _q(  # type: ignore[no-any-return]
+        conn, "SELECT * FROM pgbus_workflow_steps WHERE workflow_id = %s ORDER BY id DESC LIMIT 1", (workflow_id,)
+    ).fetchone()
+
+
+def completed_outputs(conn: psycopg.Connection[Any], workflow_id: Any) -> dict[str, Any]:
+    """``{step_name: output}`` of each step's latest completed attempt."""
+    rows = conn.execute(
+        "SELECT step_name, output FROM pgbus_workflow_steps WHERE workflow_id = %s AND status = 'completed'"
+        " ORDER BY attempt, id", (workflow_id,)).fetchall()
+    return {name: payload.from_json(output) for name, output in rows}
+
+
+def move_run(conn: psycopg.Connection[Any], workflow_id: Any, from_: Sequence[str], to: str, **cols: Any) -> Row | None:
+    """Single-winner run status change: the new row, or None when the status was not in ``from_``."""
+    sets = ", ".join(f"{name} = %({name})s" for name in cols)
+    sql = (
+        "UPDATE pgbus_workflows SET status = %(to)s, updated_at = now()" + (", " + sets if sets else "")
+        + " WHERE workflow_id = %(wid)s AND status = ANY(%(from)s) RETURNING *"
+    )
+    return _q(conn, sql, {"to": to, "wid": workflow_id, "from": list(from_), **cols}).fetchone()  # type: ignore
+
+
+def move_step(conn: psycopg.Connection[Any], step_id: int, from_: Sequence[str], to: str, **cols: Any) -> Row | None:
+    """Single-winner step status change: the new row, or None when the status was not in ``from_``."""
+    sets = ", ".join(f"{name} = %({name})s" for name in cols)
+    sql = (
+        "UPDATE pgbus_workflow_steps SET status = %(to)s" + (", " + sets if sets else "")
+        + " WHERE id = %(id)s AND status = ANY(%(from)s) RETURNING *"
+    )
+    return _q(conn, sql, {"to": to, "id": step_id, "from": list(from_), **cols}).fetchone()  # type: ignore
+
+
+def record_event(
+    tx: Transaction,
+    workflow_id: Any,
+    event: str,
+    actor: str,
+    *,
+    reason: str | None = None,
+    step: Row | None = None,
+    details: dict[str, Any] | None = None,
+) -> None:
+    """Append to the audit trail (reason and string details capped). The rows of one
+    transaction are written together just before it commits."""
+    assert event in states.EVENTS, event
+    capped = {k: cap(v, states.DETAIL_LIMIT) if isinstance(v, str) else v for k, v in (details or {}).items()}
+    tx.buffer("events", (
+        workflow_id, event, cap(actor, 200) or "app", cap(reason, states.REASON_LIMIT),
+        step["id"] if step else None, step["step_name"] if step else None, step["attempt"] if step else None,
+        Jsonb(payload.to_json(capped)),
+    ), _write_events)
+
+
+def _write_events(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> None:
+    values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
+    conn.execute(
+        "INSERT INTO pgbus_workflow_events (workflow_id, event, actor, reason, step_id, step_name, attempt, details)"
+        " VALUES " + values,  # one placeholder group per row, values bound
+        [value for row in rows for value in row],
+    )
+
+
+def load_class(engine: Engine, name: str) -> type[Workflow] | None:
+    try:
+        return registered(name, engine.settings.imports)
+    except UnknownWorkflow:
+        return None
+    except ImportError:
+        log.exception("pgbus: importing PGBUS_IMPORT failed while looking for %s", name)
+        return None
+
+
+def _root(tx: Transaction) -> Transaction:
+    while tx.parent is not None:
+        tx = tx.parent
+    return tx
+
+
+def _set_now(tx: Transaction, now: datetime) -> None:
+    _root(tx).now = now
+
+
+def _now(tx: Transaction) -> datetime:
+    """PostgreSQL's now(): the transaction's start time, read once per transaction."""
+    root = _root(tx)
+    if root.now is None:
+        root.now = tx.conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    return root.now
+
+
+def _consume_signal_of(conn: psycopg.Connection[Any], step: Row) -> None:
+    """The signal held by ``step``'s attempts (if any) is consumed: the step has ended."""
+    conn.execute(
+        "UPDATE pgbus_workflow_signals SET status = 'consumed', consumed_at = now()"
+        " WHERE status = 'claimed' AND claimed_by_step_id IN"
+        " (SELECT id FROM pgbus_workflow_steps WHERE workflow_id = %s AND step_name = %s)",
+        (step["workflow_id"], step["step_name"]),
+    )
+
+
+def _cancel_open_steps(conn: psycopg.Connection[Any], workflow_id: Any) -> None:
+    conn.execute(
+        "UPDATE pgbus_workflow_steps SET status = 'cancelled', outcome = 'cancelled', finished_at = now()"
+        " WHERE workflow_id = %s AND status = ANY(%s)",
+        (workflow_id, list(states.OPEN_STEP)),
+    )
+    _close_open_batches(conn, workflow_id)
+
+
+def _close_open_batches(conn: psycopg.Connection[Any], workflow_id: Any) -> None:
+    """The open step's batch is closed with it (a run has at most one open step): its
+    remaining children will not run, and the sweep stops looking at it."""
+    conn.execute("UPDATE pgbus_batches SET status = 'finished', finished_at = now()"
+                 " WHERE workflow_id = %s AND status = 'open'", (workflow_id,))
