@@ -43,6 +43,10 @@ KEYS: tuple[Key, ...] = (
         "a step without wait_timeout waiting longer than this needs attention (None: never)", "opt_duration"),
     Key("PGBUS_STEP_TIMEOUT", timedelta(minutes=10),
         "default stall deadline of a step attempt, and RQ's job timeout", "duration"),
+    Key("PGBUS_INLINE_STEPS", 20,
+        "most steps one step job runs after its first by inline continuation (0: one step a job)", "count"),
+    Key("PGBUS_INLINE_SECONDS", timedelta(seconds=5),
+        "a step job starts no inline step after running this long (RQ's job timeout grows by it)", "duration"),
     Key("PGBUS_SWEEP_INTERVAL", timedelta(seconds=30), "how often each worker runs the sweep", "duration"),
     Key("PGBUS_RETENTION", timedelta(days=30),
         "finished and cancelled runs older than this are deleted by the sweep (None: keep)", "opt_duration"),
@@ -77,6 +81,8 @@ class Settings:
     stall_threshold: timedelta
     waiting_threshold: timedelta | None
     step_timeout: timedelta
+    inline_steps: int
+    inline_seconds: timedelta
     sweep_interval: timedelta
     retention: timedelta | None
     worker_class: str
@@ -109,6 +115,8 @@ class Settings:
             stall_threshold=parsed["PGBUS_STALL_THRESHOLD"],
             waiting_threshold=parsed["PGBUS_WAITING_THRESHOLD"],
             step_timeout=parsed["PGBUS_STEP_TIMEOUT"],
+            inline_steps=parsed["PGBUS_INLINE_STEPS"],
+            inline_seconds=parsed["PGBUS_INLINE_SECONDS"],
             sweep_interval=parsed["PGBUS_SWEEP_INTERVAL"],
             retention=parsed["PGBUS_RETENTION"],
             worker_class=parsed["PGBUS_WORKER_CLASS"],
@@ -253,6 +261,14 @@ def _parse(key: Key, value: Any) -> Any:
             raise ConfigError(name, f"must be an integer, got {value!r}") from None
         if number < 1:
             raise ConfigError(name, f"must be at least 1, got {value!r}")
+        return number
+    if kind == "count":
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(name, f"must be an integer, got {value!r}") from None
+        if number < 0:
+            raise ConfigError(name, f"must be 0 or more, got {value!r}")
         return number
     if kind in ("duration", "opt_duration"):
         return _seconds(name, value)

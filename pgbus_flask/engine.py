@@ -20,6 +20,7 @@ from flask import current_app
 from redis import Redis
 from rq import Queue
 
+from . import states
 from .config import Settings
 from .db import Database
 from .definition import registry
@@ -31,7 +32,7 @@ STEP_JOB = "pgbus_flask.jobs.run_step"
 CHILD_JOB = "pgbus_flask.jobs.run_child"
 # RQ's own job timeout sits a little past the stall deadline, so the sweep
 # (not RQ) is what declares an attempt stalled.
-JOB_TIMEOUT_MARGIN = 30
+JOB_TIMEOUT_MARGIN = states.JOB_TIMEOUT_MARGIN
 
 _default: Engine | None = None
 # Held while an engine is built from the environment, so concurrent jobs build one.
@@ -87,6 +88,14 @@ class Engine:
 
     # -- sending jobs (only ever from after-commit callbacks) -----------
 
+    def step_job_timeout(self, timeout: timedelta) -> int:
+        """RQ's timeout for a step job whose first step has stall deadline ``timeout``: room for
+        that step, and for PGBUS_INLINE_SECONDS of inline continuation when it is on."""
+        seconds = timeout.total_seconds() + JOB_TIMEOUT_MARGIN
+        if self.settings.inline_steps > 0:
+            seconds += self.settings.inline_seconds.total_seconds()
+        return int(seconds + 0.999)
+
     def send_step(
         self, step_id: int, job_id: str, queue: str, at: datetime | None, at_front: bool, timeout: timedelta,
         description: str | None = None,
@@ -97,7 +106,7 @@ class Engine:
             q = self.queue(queue)
             options: dict[str, Any] = {
                 "args": (step_id,),
-                "job_timeout": int(timeout.total_seconds()) + JOB_TIMEOUT_MARGIN,
+                "job_timeout": self.step_job_timeout(timeout),
                 "result_ttl": 0,
                 "failure_ttl": 7 * 24 * 3600,
                 "description": description or f"pgbus step {step_id}",

@@ -8,6 +8,7 @@ in Redis, and a lone surrogate in it crashes the worker).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,11 @@ from rq.utils import import_attribute
 from . import payload, runner
 from .engine import resolve_engine
 from .errors import DatabaseError, PgbusError
+
+#: Set when the worker running this process's jobs was asked to stop (warm shutdown): the
+#: step job in progress finishes its step and enqueues the next instead of running it inline.
+#: pgbus-worker's worker classes set it; see pgbus_flask.worker.runner.
+SHUTTING_DOWN = threading.Event()
 
 
 class StepJobFailed(PgbusError):
@@ -32,9 +38,19 @@ def _guarded(what: str, body: Callable[[], None]) -> None:
 
 
 def run_step(step_id: int) -> None:
-    """One delivery of a step: a no-op unless the step is due, scheduled and its run ready."""
+    """One delivery of a step: a no-op unless the step is due, scheduled and its run ready.
+    It may go on to run the steps after it (inline continuation, see runner.inline)."""
     job = get_current_job()
-    _guarded(f"step {step_id}", lambda: runner.run_attempt(resolve_engine(), step_id, job.id if job else None))
+
+    def attempt() -> None:
+        engine = resolve_engine()
+        budget = None
+        if job is not None:
+            budget = runner.Budget.for_job(engine, queue=job.origin, job_timeout=job.timeout,
+                                           stopping=SHUTTING_DOWN.is_set)
+        runner.run_attempt(engine, step_id, job.id if job else None, budget)
+
+    _guarded(f"step {step_id}", attempt)
 
 
 def run_child(batch_id: int, position: int) -> None:

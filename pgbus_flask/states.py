@@ -65,3 +65,7 @@ REASON_LIMIT = 1_000
 DETAIL_LIMIT = 1_000
 MESSAGE_LIMIT = 4_000
 BACKTRACE_LIMIT = 16_000
+
+#: Seconds RQ's job timeout exceeds what a step job may run (its steps' stall deadlines,
+#: plus PGBUS_INLINE_SECONDS with inline continuation): the stall deadline fires first.
+JOB_TIMEOUT_MARGIN = 30

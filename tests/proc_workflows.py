@@ -170,3 +170,27 @@ class HostileOutcome(Workflow):
         if case == "fan_out":
             return {"exact": output["results"] == [{"t": text, text: "as a key"}, None]}
         return {"exact": output == {"text": text, text: [text]}}
+
+
+class InlineChain(Workflow):
+    """Three quick steps with a 3 s stall deadline, so a step job runs them all inline;
+    ``second`` first writes its pid to the file ``marker`` and, on its first attempt only,
+    sleeps ``seconds``."""
+
+    @step(timeout=timedelta(seconds=3))
+    def first(self) -> str:
+        return "first"
+
+    @step(timeout=timedelta(seconds=3))
+    def second(self) -> str:
+        marker = self.kwargs["marker"]
+        with open(marker + ".tmp", "w") as out:
+            out.write(str(os.getpid()))
+        os.replace(marker + ".tmp", marker)
+        if self.attempt == 1:
+            time.sleep(self.kwargs.get("seconds", 60))
+        return "second"
+
+    @step(timeout=timedelta(seconds=3))
+    def third(self) -> str:
+        return "third"

@@ -166,9 +166,12 @@ def test_200_runs_through_two_worker_processes(engine: Engine, pg_url: str, redi
         wait_finished(engine, 200, ws, timeout=60)
         elapsed = time.monotonic() - started
         names = [w.name for w in ws]
-        # Every one of the 1,000 step jobs ran once, and succeeded, in one of the two workers.
-        wait_until(lambda: job_counts(engine.redis, names) == (1000, 0), timeout=10,
-                   message="RQ counted 1,000 successful jobs")
+        # Every step job sent ran once, and succeeded, in one of the two workers. With inline
+        # continuation a job runs several steps: the attempts of one job share its id.
+        sent = scalar(engine, "SELECT count(DISTINCT job_id) FROM pgbus_workflow_steps")
+        assert 200 <= sent < 1000, "inline continuation ran most steps without a job of their own"
+        wait_until(lambda: job_counts(engine.redis, names) == (sent, 0), timeout=10,
+                   message=f"RQ counted {sent} successful jobs")
         assert engine.queue(engine.settings.queue).count == 0
         assert engine.queue(engine.settings.queue).failed_job_registry.count == 0
         pids = {w.pid for w in ws}
@@ -472,9 +475,11 @@ def test_every_step_delivered_three_times_to_two_worker_processes(engine: Engine
             FiveNoop.start()
         wait_finished(engine, 30, ws, timeout=60)
         names = [w.name for w in ws]
-        # 150 steps x 3 deliveries: every delivery ran and succeeded (the extra two as no-ops).
-        wait_until(lambda: job_counts(engine.redis, names) == (450, 0), timeout=15,
-                   message="RQ counted 450 successful jobs")
+        # Every job sent x 3 deliveries: every delivery ran and succeeded (the extra two as
+        # no-ops, including those of jobs whose steps had already run inline in another job).
+        sent = scalar(engine, "SELECT count(DISTINCT job_id) FROM pgbus_workflow_steps")
+        wait_until(lambda: job_counts(engine.redis, names) == (3 * sent, 0), timeout=15,
+                   message=f"RQ counted {3 * sent} successful jobs")
         assert engine.queue(engine.settings.queue).count == 0
     assert_one_completed_attempt_per_step(engine, 30, 5)
     started = scalar(engine, "SELECT count(*) FROM pgbus_workflow_events WHERE event = 'step_started'")
@@ -809,10 +814,12 @@ def test_workers_live_through_a_redis_outage(clean: None, pg_url: str, tmp_path:
 def test_worker_dying_between_commit_and_enqueue_loses_nothing(engine: Engine, pg_url: str, redis_url: str,
                                                                tmp_path: Path) -> None:
     """The worker commits s1's outcome (s2 scheduled) and dies before s2's job reaches Redis:
-    the sweep resends s2 once it is overdue and the run finishes, each step once."""
+    the sweep resends s2 once it is overdue and the run finishes, each step once. (One step
+    a job here: inline continuation would run s2 without enqueueing it.)"""
     marker = tmp_path / "crashed"
     args = ("--no-sweep", "--no-scheduler", "--worker-class", "tests.proc_workflows.CrashesBeforeEnqueueWorker")
-    w = procs.start_worker(pg_url, redis_url, tmp_path, args=args, env={"PGBUS_TEST_CRASH_MARKER": str(marker)})
+    w = procs.start_worker(pg_url, redis_url, tmp_path, args=args,
+                           env={"PGBUS_TEST_CRASH_MARKER": str(marker), "PGBUS_INLINE_STEPS": "0"})
     try:
         run = FiveNoop.start()
         assert w.proc.wait(30) == -signal.SIGKILL, w.output()
@@ -832,6 +839,70 @@ def test_worker_dying_between_commit_and_enqueue_loses_nothing(engine: Engine, p
     with procs.workers(pg_url, redis_url, tmp_path, 1) as ws:
         wait_finished(engine, 1, ws, timeout=30)
     assert_one_completed_attempt_per_step(engine, 1, 5)
+
+
+# -- inline continuation in a real worker ---------------------------------------------------------
+
+
+def test_worker_killed_in_an_inline_step_leaves_an_attempt_the_sweep_finds(engine: Engine, pg_url: str,
+                                                                          redis_url: str, tmp_path: Path) -> None:
+    """SIGKILL while the second step of a job runs inline: that attempt is in_progress with a
+    stall deadline, the sweep declares it stalled, resume retries it, and every step ends
+    with exactly one completed attempt."""
+    from .proc_workflows import InlineChain
+
+    marker = tmp_path / "second-started"
+    w = procs.start_worker(pg_url, redis_url, tmp_path)
+    try:
+        run = InlineChain.start(marker=str(marker), seconds=60)
+        wait_until(marker.exists, timeout=30, message="second step started")
+        first, second = run.steps()
+        assert (first["status"], second["status"]) == ("completed", "in_progress")
+        assert first["job_id"] == second["job_id"], "second ran inline, in first's job"
+        assert int(marker.read_text()) == w.pid
+        w.proc.send_signal(signal.SIGKILL)
+        w.proc.wait(10)
+    finally:
+        w.kill()
+    wait_db_past(engine, "SELECT bool_and(stall_at < now()) FROM pgbus_workflow_steps WHERE status = 'in_progress'",
+                 what="second's stall deadline")
+    report = sweep(engine)
+    assert report.stalled == 1, report
+    assert run.refresh().status == "paused"
+    run.resume(actor="cli:ops")
+    with procs.workers(pg_url, redis_url, tmp_path, 1) as ws:
+        wait_finished(engine, 1, ws, timeout=30)
+    assert [(s["step_name"], s["attempt"], s["status"]) for s in run.steps()] == [
+        ("first", 1, "completed"), ("second", 1, "failed"), ("second", 2, "completed"), ("third", 1, "completed")]
+
+
+def test_sigterm_in_an_inline_step_finishes_it_and_enqueues_the_rest(engine: Engine, pg_url: str, redis_url: str,
+                                                                     tmp_path: Path) -> None:
+    """A warm shutdown while a job runs a step inline: the step finishes and records its
+    outcome, the next step is enqueued instead of run here, and the worker exits 0."""
+    from .proc_workflows import InlineChain
+
+    marker = tmp_path / "second-started"
+    w = procs.start_worker(pg_url, redis_url, tmp_path)
+    try:
+        wait_until(lambda: procs.idle(engine.redis, w.name), timeout=30, message="worker idle")
+        run = InlineChain.start(marker=str(marker), seconds=1.5)
+        wait_until(marker.exists, timeout=30, message="second step started")
+        w.proc.send_signal(signal.SIGTERM)
+        try:
+            rc: int | None = w.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            rc = None
+        assert rc == 0, f"pgbus-worker did not exit after its inline step on SIGTERM:\n{w.output()}"
+    finally:
+        w.kill()
+    assert [(s["step_name"], s["status"]) for s in run.steps()] == [
+        ("first", "completed"), ("second", "completed"), ("third", "scheduled")]
+    assert run.refresh().status == "ready"
+    assert engine.queue(engine.settings.queue).count == 1, "third waits in the queue for another worker"
+    with procs.workers(pg_url, redis_url, tmp_path, 1) as ws:
+        wait_finished(engine, 1, ws, timeout=30)
+    assert_one_completed_attempt_per_step(engine, 1, 3)
 
 
 # -- the worker's other modes ----------------------------------------------------------------------

@@ -15,11 +15,14 @@ from the same variables when a step job first needs it, but run no sweep.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 from typing import Any
 
 from rq.worker import SimpleWorker, Worker
 
 from pgbus_flask.engine import engine_from_environ
+from pgbus_flask.jobs import SHUTTING_DOWN
 from pgbus_flask.sweep import SweepThread
 
 log = logging.getLogger("pgbus_flask")
@@ -47,9 +50,29 @@ class _PgbusMixin:
 class PgbusWorker(_PgbusMixin, SimpleWorker):
     """Runs each job in the worker's own process (no fork)."""
 
+    def request_stop(self, signum: Any, frame: Any) -> None:
+        SHUTTING_DOWN.set()  # the step job running now continues no further inline
+        super().request_stop(signum, frame)
+
+
+#: What the fork worker sends its horse on a warm shutdown (RQ uses neither USR signal).
+HORSE_STOP_SIGNAL = signal.SIGUSR2
+
 
 class PgbusForkWorker(_PgbusMixin, Worker):
     """Forks a horse per job (RQ's default behaviour); pools are reopened in the horse."""
+
+    def setup_work_horse_signals(self) -> None:
+        super().setup_work_horse_signals()
+        signal.signal(HORSE_STOP_SIGNAL, lambda signum, frame: SHUTTING_DOWN.set())
+
+    def handle_warm_shutdown_request(self) -> None:
+        super().handle_warm_shutdown_request()
+        if self.horse_pid:
+            try:
+                os.kill(self.horse_pid, HORSE_STOP_SIGNAL)
+            except OSError:  # the horse may have just ended
+                log.debug("pgbus: could not tell the horse to stop continuing inline", exc_info=True)
 
 
 __all__ = ["PgbusForkWorker", "PgbusWorker"]

@@ -14,6 +14,7 @@ One module per concern, lowest first (each imports only those above it):
   after-commit enqueue (the only place a step job is sent);
 - ``policy``: what a failed attempt does next (reattempt, pause, cancel, skip);
 - ``fanout``: a step's batch of child jobs;
+- ``inline``: inline continuation (a step job claiming and running the next step);
 - ``attempt``: a step attempt (claim, the step's code, its outcome);
 - ``start``: a new run; ``signals``: sending and delivering signals;
 - ``allowed``: which verbs a run allows now and what resume would do;
@@ -28,6 +29,7 @@ from __future__ import annotations
 from .allowed import ResumePlan, available_actions, resume_plan
 from .attempt import Claim, claim_attempt, park_on_signal, record_outcome, run_attempt
 from .fanout import finish_batch, open_batch, record_child
+from .inline import Budget, Continued
 from .policy import fail_attempt
 from .rows import (
     RESCHEDULE_EARLIEST,
@@ -53,7 +55,8 @@ from .start import Started, start
 from .verbs import cancel, pause, rerun, reschedule, resume, resume_at, run_now, skip
 
 __all__ = [
-    "RESCHEDULE_EARLIEST", "RESCHEDULE_LATEST", "Claim", "ResumePlan", "Row", "SignalResult", "Started",
+    "RESCHEDULE_EARLIEST", "RESCHEDULE_LATEST", "Budget", "Claim", "Continued", "ResumePlan", "Row",
+    "SignalResult", "Started",
     "_now", "_q", "_send_after_commit", "advance", "available_actions", "cancel", "cap", "check_who",
     "claim_attempt", "completed_outputs", "error_name", "fail_attempt", "finish_batch", "latest_step",
     "load_class", "lock_run", "move_run", "move_step", "open_batch", "park_on_signal", "pause",

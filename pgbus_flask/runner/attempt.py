@@ -16,6 +16,7 @@ from ..db import Transaction
 from ..definition import FanOut, PauseRequested, ReattemptRequested, ReceivedSignal, StepSpec
 from ..errors import ArgumentsNotSerializable, DatabaseError, DatabaseUnavailable, StepNotDefined, UnknownWorkflow
 from .fanout import open_batch
+from .inline import Budget, continue_inline
 from .policy import fail_attempt
 from .rows import (
     Row,
@@ -166,11 +167,19 @@ def park_on_signal(tx: Transaction, run: Row, step: Row, spec: StepSpec) -> None
                  details={"signal": spec.wait_for, "timeout_at": parked["timeout_at"] if parked else None})
 
 
-def run_attempt(engine: Engine, step_id: int, job_id: str | None = None) -> None:
-    """One delivery of a step job: claim, run the step's code outside any lock, record the outcome."""
+def run_attempt(engine: Engine, step_id: int, job_id: str | None = None, budget: Budget | None = None) -> None:
+    """One delivery of a step job: claim, run the step's code outside any lock, record the outcome.
+
+    With a ``budget`` (see :mod:`.inline`) the outcome transaction may claim the next step,
+    which then runs here too, and so on while the budget lasts.
+    """
     claim = claim_attempt(engine, step_id, job_id)
-    if claim is None:
-        return
+    while claim is not None:
+        claim = _run_claimed(engine, claim, job_id, budget)
+
+
+def _run_claimed(engine: Engine, claim: Claim, job_id: str | None, budget: Budget | None) -> Claim | None:
+    """Run one claimed attempt's code and record its outcome; the next claim if it continues inline."""
     run, step = claim.run, claim.step
     arguments = payload.from_json(run["arguments"]) or {}
     context = claim.klass(
@@ -183,15 +192,13 @@ def run_attempt(engine: Engine, step_id: int, job_id: str | None = None) -> None
     try:
         result: Any = claim.spec.func(context)
     except (PauseRequested, ReattemptRequested) as request:
-        _record_with_retry(engine, claim, request=request)
-        return
+        return _record_with_retry(engine, claim, request=request)
     except Exception as exc:  # the step's own failure: its error policy decides
-        _record_with_retry(engine, claim, error=exc)
-        return
-    _record_with_retry(engine, claim, result=result)
+        return _record_with_retry(engine, claim, error=exc)
+    return _record_with_retry(engine, claim, result=result, budget=budget, job_id=job_id)
 
 
-def _record_with_retry(engine: Engine, claim: Claim, **outcome: Any) -> None:
+def _record_with_retry(engine: Engine, claim: Claim, **outcome: Any) -> Claim | None:
     """Record an outcome, waiting out a PostgreSQL outage (up to the attempt's stall deadline):
     the step's work is done and should not be lost to a dropped connection.
 
@@ -205,14 +212,13 @@ def _record_with_retry(engine: Engine, claim: Claim, **outcome: Any) -> None:
     refused = False
     while True:
         try:
-            record_outcome(engine, claim, **outcome)
-            return
+            return record_outcome(engine, claim, **outcome)
         except DatabaseError as exc:
             retryable = (exc.sqlstate or "").startswith("40")
             if not retryable and not refused:
                 log.warning("pgbus: PostgreSQL refused the outcome of step %s (%s); recording it as failed",
                             claim.step["id"], exc)
-                refused, outcome = True, {"error": exc}
+                refused, outcome = True, {"error": exc}  # and no inline continuation
                 continue
             if not retryable or time.monotonic() + delay > deadline:
                 raise
@@ -239,8 +245,12 @@ def _error_columns(exc: BaseException) -> dict[str, Any]:
 
 
 def record_outcome(engine: Engine, claim: Claim, *, result: Any = None, error: BaseException | None = None,
-                   request: Exception | None = None) -> None:
-    """Apply an attempt's outcome, only while the attempt is still in_progress."""
+                   request: Exception | None = None, budget: Budget | None = None,
+                   job_id: str | None = None) -> Claim | None:
+    """Apply an attempt's outcome, only while the attempt is still in_progress.
+
+    Returns the next step's claim when the outcome transaction continued inline (``budget``).
+    """
     step = claim.step
     output: Any = None
     if error is None and request is None and not isinstance(result, FanOut):
@@ -253,7 +263,7 @@ def record_outcome(engine: Engine, claim: Claim, *, result: Any = None, error: B
         if run["attempt_status"] != "in_progress":
             record_event(tx, run["workflow_id"], "late_completion_ignored", "system", step=step,
                          details={"status": run["attempt_status"], "outcome": "failed" if error else "completed"})
-            return
+            return None
         if isinstance(request, PauseRequested):
             failed = move_step(tx.conn, step["id"], ["in_progress"], "failed", finished_at=_now(tx), outcome="paused",
                                error_message=cap(request.reason, states.MESSAGE_LIMIT))
@@ -272,10 +282,17 @@ def record_outcome(engine: Engine, claim: Claim, *, result: Any = None, error: B
         elif isinstance(result, FanOut):
             open_batch(engine, tx, run, claim.spec, claim.klass, step, result)
         else:
-            done = move_step(tx.conn, step["id"], ["in_progress"], "completed", finished_at=_now(tx),
-                             outcome="completed", output=Jsonb(output))
             if claim.spec.wait_for:
                 _consume_signal_of(tx.conn, step)
+            nxt = continue_inline(engine, tx, run, step, claim.klass, output, budget, job_id)
+            if nxt is not None:
+                outputs = claim.outputs
+                if outputs is not None:
+                    outputs = {**outputs, step["step_name"]: payload.from_json(output)}
+                return Claim(nxt.run, nxt.step, claim.klass, nxt.spec, outputs, None)
+            done = move_step(tx.conn, step["id"], ["in_progress"], "completed", finished_at=_now(tx),
+                             outcome="completed", output=Jsonb(output))
             record_event(tx, run["workflow_id"], "step_completed", "system", step=done)
             if run["status"] == "running":
                 advance(engine, tx, run, claim.klass, step["step_name"], actor="system")
+    return None
