@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from typing import Any
 
@@ -206,7 +206,8 @@ class Database:
             yield conn
 
     @contextmanager
-    def transaction(self, conn: psycopg.Connection[Any] | None = None) -> Iterator[Transaction]:
+    def transaction(self, conn: psycopg.Connection[Any] | None = None, *,
+                    pipeline: bool = False) -> Iterator[Transaction]:
         """A transaction block with ``after_commit`` callbacks.
 
         Inside another block of this database (same connection or none given)
@@ -218,6 +219,11 @@ class Database:
         :param conn: a psycopg connection the application owns. The block is
             the application's transaction on it: the application's own writes
             in the block commit or roll back with the workflow rows.
+        :param pipeline: when the block is the outermost one on a pooled connection,
+            run it in psycopg's pipeline mode: BEGIN, the statements whose results
+            nobody fetches yet, and COMMIT travel together (an error then surfaces at
+            the next fetch or at COMMIT). Ignored for savepoints and the application's
+            connection.
         """
         outer = _current.get()
         if outer is not None and outer.database is self and (conn is None or conn is outer.conn):
@@ -239,15 +245,15 @@ class Database:
             with self._outermost(conn) as tx:
                 yield tx
             return
-        with self.connection() as pooled, self._outermost(pooled) as tx:
+        with self.connection() as pooled, self._outermost(pooled, pipeline=pipeline) as tx:
             yield tx
 
     @contextmanager
-    def _outermost(self, conn: psycopg.Connection[Any]) -> Iterator[Transaction]:
+    def _outermost(self, conn: psycopg.Connection[Any], *, pipeline: bool = False) -> Iterator[Transaction]:
         tx = Transaction(self, conn, None)
         token = _current.set(tx)
         try:
-            with conn.transaction():
+            with conn.pipeline() if pipeline else nullcontext(), conn.transaction():
                 yield tx
                 tx._flush()
         except (psycopg.OperationalError, psycopg.DataError, psycopg.errors.UndefinedTable,

@@ -40,6 +40,7 @@ class StepSpec:
     wait_for: str | None = None
     wait_timeout: timedelta | None = None
     on_timeout: str = "fail"
+    transactional: bool = False
 
     def describe(self) -> dict[str, Any]:
         """The options that make up the definition digest."""
@@ -56,6 +57,8 @@ class StepSpec:
             "wait_for": self.wait_for,
             "wait_timeout": self.wait_timeout.total_seconds() if self.wait_timeout else None,
             "on_timeout": self.on_timeout,
+            # Only when set, so that classes declared before the option keep their digest.
+            **({"transactional": True} if self.transactional else {}),
         }
 
     def backoff_seconds(self, reattempt: int) -> float:
@@ -111,6 +114,11 @@ class _StepMarker:
             raise DefinitionError(f"step {name}: wait_for must be a signal name, got {wait_for!r}")
         if opts.get("wait_timeout") is not None and wait_for is None:
             raise DefinitionError(f"step {name}: wait_timeout needs wait_for")
+        transactional = opts.get("transactional", False)
+        if not isinstance(transactional, bool):
+            raise DefinitionError(f"step {name}: transactional must be True or False, got {transactional!r}")
+        if transactional and wait_for is not None:
+            raise DefinitionError(f"step {name}: a transactional step cannot wait_for a signal")
         backoff = opts.get("backoff", 10.0)
         if not (callable(backoff) or isinstance(backoff, (int, float, timedelta))) or isinstance(backoff, bool):
             raise DefinitionError(f"step {name}: backoff must be seconds, a timedelta or a callable")
@@ -126,11 +134,13 @@ class _StepMarker:
             wait_for=wait_for,
             wait_timeout=_duration(f"step {name}: wait_timeout", opts.get("wait_timeout")),
             on_timeout=on_timeout,
+            transactional=transactional,
         )
 
 
 _STEP_OPTIONS = frozenset(
-    ("queue", "priority", "timeout", "on_error", "max_reattempts", "backoff", "wait_for", "wait_timeout", "on_timeout")
+    ("queue", "priority", "timeout", "on_error", "max_reattempts", "backoff", "wait_for", "wait_timeout", "on_timeout",
+     "transactional")
 )
 
 
@@ -149,7 +159,9 @@ def step(func: Callable[..., Any] | None = None, **options: Any) -> Any:
     ``"skip"``), ``max_reattempts``, ``backoff`` (seconds, doubled each
     reattempt, or a callable of the reattempt number), ``wait_for`` (a signal
     name), ``wait_timeout`` and ``on_timeout`` (``"fail"``, ``"skip"``,
-    ``"continue"``).
+    ``"continue"``), ``transactional`` (the step's code runs inside the transaction
+    that records its outcome and gets it as ``self.conn``: its writes commit exactly
+    when the step completes).
     """
     unknown = set(options) - _STEP_OPTIONS
     if unknown:

@@ -134,6 +134,12 @@ class Workflow:
         self.step_name = step_name
         self.received_signal = received_signal
         self._outputs = outputs
+        #: In a ``@step(transactional=True)``: the psycopg connection whose transaction
+        #: records this attempt's outcome (PGBUS_DATABASE_URL). Write the app's rows through it:
+        #: they commit exactly when the step completes, and roll back with an error, a pause,
+        #: a dead worker or an outcome that comes after the attempt was declared stalled.
+        #: None in other steps.
+        self.conn: Any = None
 
     def output_of(self, step_name: str) -> Any:
         """The stored output of an earlier completed step of this run."""

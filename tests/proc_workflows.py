@@ -194,3 +194,24 @@ class InlineChain(Workflow):
     @step(timeout=timedelta(seconds=3))
     def third(self) -> str:
         return "third"
+
+
+class ChargesOrder(Workflow):
+    """A transactional step that marks an order paid in the app's own table, then (first
+    attempt only, when ``marker`` is given) writes its pid to ``marker`` and sleeps a minute."""
+
+    @step(transactional=True, timeout=timedelta(seconds=3))
+    def mark_paid(self) -> str:
+        order = self.kwargs["order"]
+        self.conn.execute("INSERT INTO app_payments (order_id, attempt) VALUES (%s, %s)", (order, self.attempt))
+        marker = self.kwargs.get("marker")
+        if marker and self.attempt == 1:
+            with open(marker + ".tmp", "w") as out:
+                out.write(str(os.getpid()))
+            os.replace(marker + ".tmp", marker)
+            time.sleep(60)
+        return f"order {order} paid"
+
+    @step
+    def receipt(self) -> str:
+        return "receipt for " + self.output_of("mark_paid")

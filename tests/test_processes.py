@@ -905,6 +905,42 @@ def test_sigterm_in_an_inline_step_finishes_it_and_enqueues_the_rest(engine: Eng
     assert_one_completed_attempt_per_step(engine, 1, 3)
 
 
+def test_worker_killed_in_a_transactional_step_leaves_no_write_and_a_resume_writes_once(
+        engine: Engine, pg_url: str, redis_url: str, tmp_path: Path) -> None:
+    """SIGKILL after a transactional step wrote the app's row: the row never commits (the dead
+    worker's transaction ends with its connection), the sweep finds the attempt stalled, and
+    the resumed step writes the row once."""
+    from .proc_workflows import ChargesOrder
+
+    with engine.db.connection() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS app_payments (order_id int PRIMARY KEY, attempt int NOT NULL)")
+        conn.execute("TRUNCATE app_payments")
+    try:
+        marker = tmp_path / "charging"
+        w = procs.start_worker(pg_url, redis_url, tmp_path)
+        try:
+            run = ChargesOrder.start(order=1042, marker=str(marker))
+            wait_until(marker.exists, timeout=30, message="the step wrote its row and sleeps")
+            w.proc.send_signal(signal.SIGKILL)
+            w.proc.wait(10)
+        finally:
+            w.kill()
+        payments = "SELECT order_id, attempt FROM app_payments"
+        assert rows(engine, payments) == []
+        wait_db_past(engine, "SELECT bool_and(stall_at < now()) FROM pgbus_workflow_steps"
+                             " WHERE status = 'in_progress'", what="the stall deadline")
+        assert sweep(engine).stalled == 1
+        run.refresh().resume(actor="cli:ops")
+        with procs.workers(pg_url, redis_url, tmp_path, 1) as ws:
+            wait_finished(engine, 1, ws, timeout=30)
+        assert [tuple(r.values()) for r in rows(engine, payments)] == [(1042, 2)]
+        assert [(s["step_name"], s["attempt"], s["status"]) for s in run.steps()] == [
+            ("mark_paid", 1, "failed"), ("mark_paid", 2, "completed"), ("receipt", 1, "completed")]
+    finally:
+        with engine.db.connection() as conn:
+            conn.execute("DROP TABLE IF EXISTS app_payments")
+
+
 # -- the worker's other modes ----------------------------------------------------------------------
 
 

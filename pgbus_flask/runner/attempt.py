@@ -84,7 +84,7 @@ def _received(signal: Row | None) -> ReceivedSignal | None:
 
 def claim_attempt(engine: Engine, step_id: int, job_id: str | None) -> Claim | None:
     """scheduled -> in_progress for a due step of a ready run; None makes the job a no-op."""
-    with engine.db.transaction() as tx:
+    with engine.db.transaction(pipeline=True) as tx:
         # The run's row lock, the step's name and now(), in one round trip.
         run = _q(
             tx.conn,
@@ -178,17 +178,23 @@ def run_attempt(engine: Engine, step_id: int, job_id: str | None = None, budget:
         claim = _run_claimed(engine, claim, job_id, budget)
 
 
-def _run_claimed(engine: Engine, claim: Claim, job_id: str | None, budget: Budget | None) -> Claim | None:
-    """Run one claimed attempt's code and record its outcome; the next claim if it continues inline."""
+def _context(engine: Engine, claim: Claim) -> Workflow:
     run, step = claim.run, claim.step
     arguments = payload.from_json(run["arguments"]) or {}
-    context = claim.klass(
+    return claim.klass(
         engine=engine, workflow_id=run["workflow_id"], args=arguments.get("args", ()),
         kwargs=arguments.get("kwargs", {}),
         subject=(run["subject_type"], run["subject_id"]) if run["subject_type"] else None,
         attempt=step["attempt"], step_name=step["step_name"], outputs=claim.outputs,
         received_signal=claim.signal,
     )
+
+
+def _run_claimed(engine: Engine, claim: Claim, job_id: str | None, budget: Budget | None) -> Claim | None:
+    """Run one claimed attempt's code and record its outcome; the next claim if it continues inline."""
+    if claim.spec.transactional:
+        return _run_transactional(engine, claim, job_id, budget)
+    context = _context(engine, claim)
     try:
         result: Any = claim.spec.func(context)
     except (PauseRequested, ReattemptRequested) as request:
@@ -196,6 +202,51 @@ def _run_claimed(engine: Engine, claim: Claim, job_id: str | None, budget: Budge
     except Exception as exc:  # the step's own failure: its error policy decides
         return _record_with_retry(engine, claim, error=exc)
     return _record_with_retry(engine, claim, result=result, budget=budget, job_id=job_id)
+
+
+class _RolledBack(Exception):
+    """A transactional step's transaction is rolled back; its outcome is recorded on its own."""
+
+    def __init__(self, **outcome: Any) -> None:
+        super().__init__("rolled back")
+        self.outcome = outcome
+
+
+def _run_transactional(engine: Engine, claim: Claim, job_id: str | None, budget: Budget | None) -> Claim | None:
+    """A ``@step(transactional=True)`` attempt (DESIGN 5, Transactional steps): its code runs in a
+    transaction on a pooled connection (``self.conn``), and the outcome is recorded in that same
+    transaction, taking the run's row lock only then. Whatever stops it from completing (an
+    error, a pause or reattempt request, an outcome that comes after the attempt was declared
+    stalled) rolls its writes back, and that outcome is then recorded in a transaction of its
+    own; a dead worker's open transaction ends with its connection, so nothing of it commits.
+    """
+    context = _context(engine, claim)
+    try:
+        with engine.db.transaction() as tx:
+            context.conn = tx.conn
+            try:
+                result: Any = claim.spec.func(context)
+            except (PauseRequested, ReattemptRequested) as request:
+                raise _RolledBack(request=request) from None
+            except Exception as exc:
+                raise _RolledBack(error=exc) from None
+            output, error = _output(claim, result, None, None)
+            if error is not None:
+                raise _RolledBack(error=error)
+            try:
+                run = lock_run(tx, claim.step["workflow_id"], attempt=claim.step["id"])
+            except (DatabaseError, psycopg.Error) as exc:  # the step left its transaction failed
+                raise _RolledBack(error=exc) from None
+            if run["attempt_status"] != "in_progress":
+                raise _RolledBack(result=result)  # late: record_outcome writes late_completion_ignored
+            return _apply(engine, tx, claim, run, output=output, result=result, error=None, request=None,
+                          budget=budget, job_id=job_id)
+    except _RolledBack as rolled_back:
+        return _record_with_retry(engine, claim, **rolled_back.outcome)
+    except DatabaseError as exc:  # PostgreSQL refused the commit (a deferred constraint, a conflict)
+        return _record_with_retry(engine, claim, error=exc)
+    finally:
+        context.conn = None
 
 
 def _record_with_retry(engine: Engine, claim: Claim, **outcome: Any) -> Claim | None:
@@ -244,6 +295,17 @@ def _error_columns(exc: BaseException) -> dict[str, Any]:
     }
 
 
+def _output(claim: Claim, result: Any, error: BaseException | None,
+            request: Exception | None) -> tuple[Any, BaseException | None]:
+    """The step's return value as storable JSON, or the error that it cannot be stored."""
+    if error is None and request is None and not isinstance(result, FanOut):
+        try:
+            return payload.to_json(result, what=f"the output of step {claim.step['step_name']}"), None
+        except ArgumentsNotSerializable as exc:
+            return None, exc
+    return None, error
+
+
 def record_outcome(engine: Engine, claim: Claim, *, result: Any = None, error: BaseException | None = None,
                    request: Exception | None = None, budget: Budget | None = None,
                    job_id: str | None = None) -> Claim | None:
@@ -252,47 +314,51 @@ def record_outcome(engine: Engine, claim: Claim, *, result: Any = None, error: B
     Returns the next step's claim when the outcome transaction continued inline (``budget``).
     """
     step = claim.step
-    output: Any = None
-    if error is None and request is None and not isinstance(result, FanOut):
-        try:
-            output = payload.to_json(result, what=f"the output of step {step['step_name']}")
-        except ArgumentsNotSerializable as exc:
-            error = exc
-    with engine.db.transaction() as tx:
+    output, error = _output(claim, result, error, request)
+    with engine.db.transaction(pipeline=True) as tx:
         run = lock_run(tx, step["workflow_id"], attempt=step["id"])
         if run["attempt_status"] != "in_progress":
             record_event(tx, run["workflow_id"], "late_completion_ignored", "system", step=step,
                          details={"status": run["attempt_status"], "outcome": "failed" if error else "completed"})
             return None
-        if isinstance(request, PauseRequested):
-            failed = move_step(tx.conn, step["id"], ["in_progress"], "failed", finished_at=_now(tx), outcome="paused",
-                               error_message=cap(request.reason, states.MESSAGE_LIMIT))
-            move_run(tx.conn, run["workflow_id"], ["running"], "paused", paused_at=_now(tx))
-            record_event(tx, run["workflow_id"], "paused", "system", reason=request.reason, step=failed)
-        elif isinstance(request, ReattemptRequested):
-            failed = move_step(tx.conn, step["id"], ["in_progress"], "failed", finished_at=_now(tx),
-                               outcome="reattempted", error_message="reattempt requested by the step")
-            record_event(tx, run["workflow_id"], "step_reattempted", "system", step=failed,
-                         details={"wait": request.wait})
-            if run["status"] == "running":
-                move_run(tx.conn, run["workflow_id"], ["running"], "ready")
-                schedule_step(engine, tx, run, claim.klass, step["step_name"], actor="system", delay=request.wait)
-        elif error is not None:
-            fail_attempt(engine, tx, run, claim.klass, step, _error_columns(error), actor="system")
-        elif isinstance(result, FanOut):
-            open_batch(engine, tx, run, claim.spec, claim.klass, step, result)
-        else:
-            if claim.spec.wait_for:
-                _consume_signal_of(tx.conn, step)
-            nxt = continue_inline(engine, tx, run, step, claim.klass, output, budget, job_id)
-            if nxt is not None:
-                outputs = claim.outputs
-                if outputs is not None:
-                    outputs = {**outputs, step["step_name"]: payload.from_json(output)}
-                return Claim(nxt.run, nxt.step, claim.klass, nxt.spec, outputs, None)
-            done = move_step(tx.conn, step["id"], ["in_progress"], "completed", finished_at=_now(tx),
-                             outcome="completed", output=Jsonb(output))
-            record_event(tx, run["workflow_id"], "step_completed", "system", step=done)
-            if run["status"] == "running":
-                advance(engine, tx, run, claim.klass, step["step_name"], actor="system")
+        return _apply(engine, tx, claim, run, output=output, result=result, error=error, request=request,
+                      budget=budget, job_id=job_id)
+
+
+def _apply(engine: Engine, tx: Transaction, claim: Claim, run: Row, *, output: Any, result: Any,
+           error: BaseException | None, request: Exception | None, budget: Budget | None,
+           job_id: str | None) -> Claim | None:
+    """The outcome of an attempt still in progress, under the run's row lock."""
+    step = claim.step
+    if isinstance(request, PauseRequested):
+        failed = move_step(tx.conn, step["id"], ["in_progress"], "failed", finished_at=_now(tx), outcome="paused",
+                           error_message=cap(request.reason, states.MESSAGE_LIMIT))
+        move_run(tx.conn, run["workflow_id"], ["running"], "paused", paused_at=_now(tx))
+        record_event(tx, run["workflow_id"], "paused", "system", reason=request.reason, step=failed)
+    elif isinstance(request, ReattemptRequested):
+        failed = move_step(tx.conn, step["id"], ["in_progress"], "failed", finished_at=_now(tx),
+                           outcome="reattempted", error_message="reattempt requested by the step")
+        record_event(tx, run["workflow_id"], "step_reattempted", "system", step=failed,
+                     details={"wait": request.wait})
+        if run["status"] == "running":
+            move_run(tx.conn, run["workflow_id"], ["running"], "ready")
+            schedule_step(engine, tx, run, claim.klass, step["step_name"], actor="system", delay=request.wait)
+    elif error is not None:
+        fail_attempt(engine, tx, run, claim.klass, step, _error_columns(error), actor="system")
+    elif isinstance(result, FanOut):
+        open_batch(engine, tx, run, claim.spec, claim.klass, step, result)
+    else:
+        if claim.spec.wait_for:
+            _consume_signal_of(tx.conn, step)
+        nxt = continue_inline(engine, tx, run, step, claim.klass, output, budget, job_id)
+        if nxt is not None:
+            outputs = claim.outputs
+            if outputs is not None:
+                outputs = {**outputs, step["step_name"]: payload.from_json(output)}
+            return Claim(nxt.run, nxt.step, claim.klass, nxt.spec, outputs, None)
+        done = move_step(tx.conn, step["id"], ["in_progress"], "completed", finished_at=_now(tx),
+                         outcome="completed", output=Jsonb(output))
+        record_event(tx, run["workflow_id"], "step_completed", "system", step=done)
+        if run["status"] == "running":
+            advance(engine, tx, run, claim.klass, step["step_name"], actor="system")
     return None

@@ -33,11 +33,15 @@ def _route(engine: Engine, klass: type[Workflow] | None, step_name: str) -> tupl
     return queue, bool(priority and priority > 0), timeout
 
 
-def _send_after_commit(engine: Engine, tx: Transaction, klass: type[Workflow] | None, step: Row) -> None:
+def send(engine: Engine, klass: type[Workflow] | None, step: Row) -> None:
+    """Enqueue ``step``'s job now (callers: after the transaction that wrote it committed)."""
     queue, at_front, timeout = _route(engine, klass, step["step_name"])
-    step_id, job_id, at = step["id"], step["job_id"], step["scheduled_at"]
     description = f"{step['workflow_class']}.{step['step_name']} #{step['attempt']} (run {step['workflow_id']})"
-    tx.after_commit(lambda: engine.send_step(step_id, job_id, queue, at, at_front, timeout, description))
+    engine.send_step(step["id"], step["job_id"], queue, step["scheduled_at"], at_front, timeout, description)
+
+
+def _send_after_commit(engine: Engine, tx: Transaction, klass: type[Workflow] | None, step: Row) -> None:
+    tx.after_commit(lambda: send(engine, klass, step))
 
 
 def schedule_step(

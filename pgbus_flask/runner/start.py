@@ -11,9 +11,10 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from .. import payload, states
+from ..db import current_transaction
 from ..errors import InvalidInput, PgbusError, SubjectConflict
-from .rows import Row, _now, _q, cap, record_event
-from .scheduling import schedule_step
+from .rows import Row, _q, cap
+from .scheduling import _send_after_commit, send
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -67,37 +68,89 @@ def start(
         payload.check_text(idempotency_key, "idempotency_key", max_bytes=states.KEY_LIMIT)
     payload.check_text(actor, "actor", max_bytes=states.ACTOR_LIMIT, allow_newlines=False)
     workflow_id = uuid.uuid4()
+    values = {
+        "wid": workflow_id, "cls": klass.workflow_name, "step": klass.steps[0].name, "stype": subject_type,
+        "sid": subject_id, "key": idempotency_key, "digest": klass.definition_digest, "args": Jsonb(arguments),
+        "actor": cap(actor, 200), "job": str(uuid.uuid4()), "nothing": Jsonb({}),
+        "started": Jsonb(payload.to_json({"subject": f"{subject_type} {subject_id}" if subject_type else None})),
+    }
+    outer = current_transaction()
+    if conn is None and (outer is None or outer.database is not engine.db):
+        return _start_alone(engine, klass, values)
     with engine.db.transaction(conn) as tx:
         try:
-            with tx.conn.transaction():
-                run = _q(
-                    tx.conn,
-                    """
-                    INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, subject_type,
-                        subject_id, idempotency_key, definition_digest, arguments, started_by)
-                    VALUES (%s, %s, 'ready', %s, %s, %s, %s, %s, %s, %s)
-                    ON CONFLICT (workflow_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-                    RETURNING *
-                    """,
-                    (workflow_id, klass.workflow_name, klass.steps[0].name, subject_type, subject_id,
-                     idempotency_key, klass.definition_digest, Jsonb(arguments), cap(actor, 200)),
-                ).fetchone()
+            with tx.conn.transaction():  # a savepoint: the application's transaction stays usable
+                run = _q(tx.conn, _START, values).fetchone()
         except psycopg.errors.UniqueViolation:
-            existing = tx.conn.execute(
-                "SELECT workflow_id FROM pgbus_workflows WHERE workflow_class = %s AND subject_type = %s"
-                " AND subject_id = %s AND status = ANY(%s)",
-                (klass.workflow_name, subject_type, subject_id, list(states.ONGOING)),
-            ).fetchone()
-            raise SubjectConflict(klass.workflow_name, (subject_type or "", subject_id or ""),
-                                  existing[0] if existing else None) from None
+            raise _conflict(tx.conn, klass, subject_type, subject_id) from None
         if run is None:
-            found = tx.conn.execute(
-                "SELECT workflow_id FROM pgbus_workflows WHERE workflow_class = %s AND idempotency_key = %s",
-                (klass.workflow_name, idempotency_key),
-            ).fetchone()
-            assert found is not None
-            return Started(found[0], None, None, None)
-        record_event(tx, workflow_id, "started", actor,
-                     details={"subject": f"{subject_type} {subject_id}" if subject_type else None})
-        first = schedule_step(engine, tx, run, klass, klass.steps[0].name, actor=actor, set_current=False)
-        return Started(workflow_id, {**run, "db_now": _now(tx)}, first, klass)
+            return Started(_existing(tx.conn, klass, idempotency_key), None, None, None)
+        first = _q(tx.conn, _FIRST, (workflow_id,)).fetchone()
+        _send_after_commit(engine, tx, klass, first)
+        return Started(workflow_id, run, first, klass)
+
+
+#: The run, its first step (scheduled, due now) and the ``started`` and ``step_scheduled``
+#: audit events, in one statement. An idempotency key already used writes nothing.
+_START = """
+WITH run AS (
+    INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, subject_type, subject_id,
+                                 idempotency_key, definition_digest, arguments, started_by)
+    VALUES (%(wid)s, %(cls)s, 'ready', %(step)s, %(stype)s, %(sid)s, %(key)s, %(digest)s, %(args)s, %(actor)s)
+    ON CONFLICT (workflow_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING *
+), first AS (
+    INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status, scheduled_at,
+                                      enqueued_at, job_id)
+    SELECT workflow_id, workflow_class, current_step, 1, 'scheduled', now(), now(), %(job)s FROM run
+    RETURNING id, step_name, attempt
+), audit AS (
+    INSERT INTO pgbus_workflow_events (workflow_id, event, actor, step_id, step_name, attempt, details)
+    SELECT %(wid)s, e.event, %(actor)s, e.id, e.step_name, e.attempt, e.details
+    FROM (SELECT 1 AS n, 'started' AS event, NULL::bigint AS id, NULL::text AS step_name, NULL::integer AS attempt,
+                 %(started)s::jsonb AS details FROM run
+          UNION ALL SELECT 2, 'step_scheduled', id, step_name, attempt, %(nothing)s FROM first) AS e
+    ORDER BY e.n
+)
+SELECT run.*, now() AS db_now FROM run
+"""
+
+_FIRST = "SELECT * FROM pgbus_workflow_steps WHERE workflow_id = %s"
+
+
+def _start_alone(engine: Engine, klass: type[Workflow], values: dict[str, Any]) -> Started:
+    """start() in a transaction of its own: BEGIN, the insert, the read of the step and
+    COMMIT travel in one round trip (pipeline mode); the step is sent once it committed."""
+    try:
+        with engine.db.transaction(pipeline=True) as tx:
+            run_cursor = _q(tx.conn, _START, values)
+            first_cursor = _q(tx.conn, _FIRST, (values["wid"],))
+    except psycopg.errors.UniqueViolation:
+        with engine.db.connection() as conn:
+            raise _conflict(conn, klass, values["stype"], values["sid"]) from None
+    run, first = run_cursor.fetchone(), first_cursor.fetchone()
+    if run is None:
+        with engine.db.connection() as conn:
+            return Started(_existing(conn, klass, values["key"]), None, None, None)
+    send(engine, klass, first)
+    return Started(values["wid"], run, first, klass)
+
+
+def _conflict(conn: psycopg.Connection[Any], klass: type[Workflow], subject_type: str | None,
+              subject_id: str | None) -> SubjectConflict:
+    existing = conn.execute(
+        "SELECT workflow_id FROM pgbus_workflows WHERE workflow_class = %s AND subject_type = %s"
+        " AND subject_id = %s AND status = ANY(%s)",
+        (klass.workflow_name, subject_type, subject_id, list(states.ONGOING)),
+    ).fetchone()
+    return SubjectConflict(klass.workflow_name, (subject_type or "", subject_id or ""),
+                           existing[0] if existing else None)
+
+
+def _existing(conn: psycopg.Connection[Any], klass: type[Workflow], key: str | None) -> Any:
+    found = conn.execute(
+        "SELECT workflow_id FROM pgbus_workflows WHERE workflow_class = %s AND idempotency_key = %s",
+        (klass.workflow_name, key),
+    ).fetchone()
+    assert found is not None
+    return found[0]
