@@ -876,18 +876,22 @@ def test_worker_killed_in_an_inline_step_leaves_an_attempt_the_sweep_finds(engin
         ("first", 1, "completed"), ("second", 1, "failed"), ("second", 2, "completed"), ("third", 1, "completed")]
 
 
+@pytest.mark.parametrize("worker_class", ["PgbusWorker", "PgbusForkWorker"])
 def test_sigterm_in_an_inline_step_finishes_it_and_enqueues_the_rest(engine: Engine, pg_url: str, redis_url: str,
-                                                                     tmp_path: Path) -> None:
+                                                                     tmp_path: Path, worker_class: str) -> None:
     """A warm shutdown while a job runs a step inline: the step finishes and records its
-    outcome, the next step is enqueued instead of run here, and the worker exits 0."""
+    outcome, the next step is enqueued instead of run here, and the worker exits 0. (The
+    forking worker tells its horse with SIGUSR2.)"""
     from .proc_workflows import InlineChain
 
     marker = tmp_path / "second-started"
-    w = procs.start_worker(pg_url, redis_url, tmp_path)
+    args = ("--no-sweep", "--no-scheduler", "--worker-class", f"pgbus_flask.worker.runner.{worker_class}")
+    w = procs.start_worker(pg_url, redis_url, tmp_path, args=args)
     try:
         wait_until(lambda: procs.idle(engine.redis, w.name), timeout=30, message="worker idle")
         run = InlineChain.start(marker=str(marker), seconds=1.5)
         wait_until(marker.exists, timeout=30, message="second step started")
+        assert run.steps()[0]["job_id"] == run.steps()[1]["job_id"], "second runs inline"
         w.proc.send_signal(signal.SIGTERM)
         try:
             rc: int | None = w.proc.wait(15)
