@@ -120,6 +120,10 @@ class Transaction:
         """Run ``callback`` once the outermost transaction commits; never if this block rolls back."""
         self._callbacks.append(callback)
 
+    def callbacks(self) -> list[Callable[[], Any]]:
+        """The after-commit callbacks of this block (for a block whose commit is someone else's)."""
+        return list(self._callbacks)
+
     def execute(self, query: Any, params: Any = None) -> psycopg.Cursor[Any]:
         """Run a statement on this transaction's connection (rows as dicts)."""
         cur = self.conn.cursor(row_factory=dict_row)
@@ -247,6 +251,22 @@ class Database:
             return
         with self.connection() as pooled, self._outermost(pooled, pipeline=pipeline) as tx:
             yield tx
+
+    @contextmanager
+    def joined(self, tx: Transaction) -> Iterator[None]:
+        """Make ``tx`` (a block on a connection whose transaction someone else commits: a
+        SQLAlchemy session's, see pgbus_flask.orm) the current one, with the errors translated."""
+        token = _current.set(tx)
+        try:
+            yield
+        except (psycopg.OperationalError, psycopg.DataError, psycopg.errors.UndefinedTable,
+                psycopg.errors.UndefinedColumn) as exc:
+            translated = translate(exc)
+            if translated is None:
+                raise
+            raise translated from exc
+        finally:
+            _current.reset(token)
 
     @contextmanager
     def _outermost(self, conn: psycopg.Connection[Any], *, pipeline: bool = False) -> Iterator[Transaction]:

@@ -6,9 +6,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from . import orm
 from .config import Settings, keyword_values
 from .db import Transaction
 from .engine import Engine, default_engine_is_unset, resolve_engine
+from .errors import PgbusError
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -57,8 +59,16 @@ class PgBus:
         return resolve_engine()
 
     @contextmanager
-    def transaction(self, conn: Any = None) -> Iterator[Transaction]:
-        """See :meth:`pgbus_flask.db.Database.transaction`."""
+    def transaction(self, conn: Any = None, *, session: Any = None) -> Iterator[Transaction]:
+        """See :meth:`pgbus_flask.db.Database.transaction`; with ``session=`` (SQLAlchemy), a
+        block inside the session's transaction whose jobs are sent when it commits
+        (:func:`pgbus_flask.orm.session_transaction`)."""
+        if session is not None:
+            if conn is not None:
+                raise PgbusError("transaction() takes conn= or session=, not both")
+            with orm.session_transaction(self.engine.db, session) as tx:
+                yield tx
+            return
         with self.engine.db.transaction(conn) as tx:
             yield tx
 

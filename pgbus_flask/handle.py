@@ -9,10 +9,12 @@ methods.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from . import payload, runner
+from . import orm, payload, runner
 from .engine import Engine
 from .errors import WorkflowNotFound
 from .runner import ResumePlan, Row, SignalResult
@@ -133,44 +135,71 @@ class Run:
     def _done(self) -> Run:
         return self.refresh()
 
-    def pause(self, *, actor: str = "app", reason: str | None = None) -> Run:
-        runner.pause(self.engine, self.workflow_id, actor=actor, reason=reason)
-        return self._done()
+    @contextmanager
+    def _joined(self, session: Any) -> Iterator[None]:
+        """With a SQLAlchemy ``session``: the verb writes in its transaction and its jobs are
+        sent after it commits (see pgbus_flask.orm)."""
+        if session is None:
+            yield
+            return
+        with orm.session_transaction(self.engine.db, session):
+            yield
 
-    def resume(self, *, actor: str = "app", reason: str | None = None) -> ResumePlan:
-        plan = runner.resume(self.engine, self.workflow_id, actor=actor, reason=reason)
-        self._done()
-        return plan
+    def pause(self, *, actor: str = "app", reason: str | None = None,
+              session: Any = None) -> Run:
+        with self._joined(session):
+            runner.pause(self.engine, self.workflow_id, actor=actor, reason=reason)
+            return self._done()
 
-    def resume_at(self, step: str, *, actor: str = "app", reason: str | None = None) -> Run:
-        runner.resume_at(self.engine, self.workflow_id, step, actor=actor, reason=reason)
-        return self._done()
+    def resume(self, *, actor: str = "app", reason: str | None = None,
+               session: Any = None) -> ResumePlan:
+        with self._joined(session):
+            plan = runner.resume(self.engine, self.workflow_id, actor=actor, reason=reason)
+            self._done()
+            return plan
 
-    def run_now(self, *, actor: str = "app", reason: str | None = None) -> Run:
-        runner.run_now(self.engine, self.workflow_id, actor=actor, reason=reason)
-        return self._done()
+    def resume_at(self, step: str, *, actor: str = "app", reason: str | None = None,
+                  session: Any = None) -> Run:
+        with self._joined(session):
+            runner.resume_at(self.engine, self.workflow_id, step, actor=actor, reason=reason)
+            return self._done()
 
-    def reschedule(self, at: datetime, *, actor: str = "app", reason: str | None = None) -> Run:
-        runner.reschedule(self.engine, self.workflow_id, at, actor=actor, reason=reason)
-        return self._done()
+    def run_now(self, *, actor: str = "app", reason: str | None = None,
+                session: Any = None) -> Run:
+        with self._joined(session):
+            runner.run_now(self.engine, self.workflow_id, actor=actor, reason=reason)
+            return self._done()
 
-    def skip(self, *, actor: str = "app", reason: str | None = None) -> Run:
-        runner.skip(self.engine, self.workflow_id, actor=actor, reason=reason)
-        return self._done()
+    def reschedule(self, at: datetime, *, actor: str = "app", reason: str | None = None,
+                   session: Any = None) -> Run:
+        with self._joined(session):
+            runner.reschedule(self.engine, self.workflow_id, at, actor=actor, reason=reason)
+            return self._done()
 
-    def rerun(self, step: str | None = None, *, actor: str = "app", reason: str | None = None) -> Run:
-        runner.rerun(self.engine, self.workflow_id, step, actor=actor, reason=reason)
-        return self._done()
+    def skip(self, *, actor: str = "app", reason: str | None = None,
+             session: Any = None) -> Run:
+        with self._joined(session):
+            runner.skip(self.engine, self.workflow_id, actor=actor, reason=reason)
+            return self._done()
 
-    def cancel(self, *, actor: str = "app", reason: str | None = None) -> Run:
-        runner.cancel(self.engine, self.workflow_id, actor=actor, reason=reason)
-        return self._done()
+    def rerun(self, step: str | None = None, *, actor: str = "app", reason: str | None = None,
+              session: Any = None) -> Run:
+        with self._joined(session):
+            runner.rerun(self.engine, self.workflow_id, step, actor=actor, reason=reason)
+            return self._done()
+
+    def cancel(self, *, actor: str = "app", reason: str | None = None,
+               session: Any = None) -> Run:
+        with self._joined(session):
+            runner.cancel(self.engine, self.workflow_id, actor=actor, reason=reason)
+            return self._done()
 
     def signal(self, name: str, payload: Any = None, *, idempotency_key: str | None = None, actor: str = "app",
-               reason: str | None = None) -> SignalResult:
-        result = runner.send_signal(self.engine, self.workflow_id, name, payload, idempotency_key=idempotency_key,
-                                    actor=actor, reason=reason)
-        self._done()
+               reason: str | None = None, session: Any = None) -> SignalResult:
+        with self._joined(session):
+            result = runner.send_signal(self.engine, self.workflow_id, name, payload,
+                                        idempotency_key=idempotency_key, actor=actor, reason=reason)
+            self._done()
         return result
 
     def act(self, action: str, *, actor: str = "app", reason: str | None = None, **params: Any) -> Any:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from . import runner, states
+from . import orm, runner, states
 from .definition import (  # noqa: F401  (re-exported: the public names of declaring a workflow)
     REGISTRY,
     Backoff,
@@ -30,7 +30,7 @@ from .definition import (  # noqa: F401  (re-exported: the public names of decla
     step,
 )
 from .engine import Engine, resolve_engine
-from .errors import DefinitionError, StepNotDefined
+from .errors import DefinitionError, PgbusError, StepNotDefined
 from .handle import Run
 
 
@@ -99,13 +99,29 @@ class Workflow:
         idempotency_key: str | None = None,
         actor: str = "app",
         conn: Any = None,
+        session: Any = None,
         bus: Any = None,
         **kwargs: Any,
     ) -> Run:
-        """Start a run; see :func:`pgbus_flask.runner.start`."""
+        """Start a run; see :func:`pgbus_flask.runner.start`.
+
+        ``conn``: a psycopg connection of the app's, the run written in its next transaction.
+        ``session``: a SQLAlchemy session (Flask-SQLAlchemy's ``db.session``), the run written in
+        its transaction and the first step sent once it commits (see :mod:`pgbus_flask.orm`).
+        """
         engine = resolve_engine(bus)
-        started = runner.start(engine, cls, args, kwargs, subject=subject, idempotency_key=idempotency_key,
-                               actor=actor, conn=conn)
+        if session is not None:
+            if conn is not None:
+                raise PgbusError("start() takes conn= or session=, not both")
+            with orm.session_transaction(engine.db, session):
+                started = runner.start(engine, cls, args, kwargs, subject=subject, idempotency_key=idempotency_key,
+                                       actor=actor, conn=None)
+                run = Run(engine, started.workflow_id) if started.run is None else None
+            if run is not None:
+                return run
+        else:
+            started = runner.start(engine, cls, args, kwargs, subject=subject, idempotency_key=idempotency_key,
+                                   actor=actor, conn=conn)
         if started.run is None:
             return Run(engine, started.workflow_id)
         return Run.from_rows(engine, started.run, started.first_step, cls)
@@ -140,6 +156,9 @@ class Workflow:
         #: a dead worker or an outcome that comes after the attempt was declared stalled.
         #: None in other steps.
         self.conn: Any = None
+        #: In a transactional step, with SQLAlchemy installed: a ``Session`` in that same
+        #: transaction, for the app's ORM models (flushed before the outcome is recorded).
+        self.session: Any = None
 
     def output_of(self, step_name: str) -> Any:
         """The stored output of an earlier completed step of this run."""

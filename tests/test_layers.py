@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"errors", "states"},
     {"config", "payload"},
     {"logs", "db"},
-    {"definition", "migrate", "testing"},
+    {"definition", "migrate", "testing", "orm"},
     {"engine"},
     {"runner"},
     {"handle"},

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgbus_flask import Workflow, step, sweep
+from pgbus_flask import Workflow, orm, step, sweep
 from pgbus_flask.engine import Engine
 from pgbus_flask.errors import DefinitionError
 from pgbus_flask.handle import Run
@@ -24,8 +24,13 @@ from .proc_workflows import ChargesOrder
 from .test_inline import run_jobs
 
 
-@pytest.fixture
-def payments(engine: Engine, pg_url: str) -> Iterator[None]:
+@pytest.fixture(params=["sqlalchemy", "psycopg"])
+def payments(engine: Engine, pg_url: str, request: pytest.FixtureRequest,
+             monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The app's table; each test runs twice: with SQLAlchemy installed (the step's transaction is a
+    Session's) and as without it (a pgbus pooled connection's)."""
+    if request.param == "psycopg":
+        monkeypatch.setattr(orm, "sqlalchemy_installed", lambda: False)
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS app_payments (order_id int PRIMARY KEY, attempt int NOT NULL)")
         conn.execute("TRUNCATE app_payments")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .. import payload, states
+from .. import orm, payload, states
 from ..db import Transaction
 from ..definition import FanOut, PauseRequested, ReattemptRequested, ReceivedSignal, StepSpec
 from ..errors import ArgumentsNotSerializable, DatabaseError, DatabaseUnavailable, StepNotDefined, UnknownWorkflow
@@ -222,10 +222,12 @@ def _run_transactional(engine: Engine, claim: Claim, job_id: str | None, budget:
     """
     context = _context(engine, claim)
     try:
-        with engine.db.transaction() as tx:
-            context.conn = tx.conn
+        with orm.step_transaction(engine.db) as (tx, session):
+            context.conn, context.session = tx.conn, session
             try:
                 result: Any = claim.spec.func(context)
+                if session is not None:
+                    session.flush()  # the app's ORM writes: a refusal is the step's own error
             except (PauseRequested, ReattemptRequested) as request:
                 raise _RolledBack(request=request) from None
             except Exception as exc:
@@ -245,8 +247,18 @@ def _run_transactional(engine: Engine, claim: Claim, job_id: str | None, budget:
         return _record_with_retry(engine, claim, **rolled_back.outcome)
     except DatabaseError as exc:  # PostgreSQL refused the commit (a deferred constraint, a conflict)
         return _record_with_retry(engine, claim, error=exc)
+    except Exception as exc:
+        if not _refused_commit(exc):
+            raise
+        return _record_with_retry(engine, claim, error=exc)
     finally:
-        context.conn = None
+        context.conn = context.session = None
+
+
+def _refused_commit(exc: Exception) -> bool:
+    """SQLAlchemy's wrapper of a refusal by PostgreSQL (not an outage) at commit."""
+    original = getattr(exc, "orig", None)
+    return isinstance(original, psycopg.Error) and not isinstance(original, psycopg.OperationalError)
 
 
 def _record_with_retry(engine: Engine, claim: Claim, **outcome: Any) -> Claim | None:

@@ -1,0 +1,244 @@
+"""SQLAlchemy sessions (issue 10): start, signal and act inside the app's Flask-SQLAlchemy session,
+jobs sent once after it commits; and the ORM in transactional steps.
+
+Real Flask-SQLAlchemy sessions on the test PostgreSQL (and on a second database for the
+"another database" case); the queue is RQ's, read back from Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from flask import Flask
+from flask_sqlalchemy import SQLAlchemy
+from sqlalchemy import String, create_engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from pgbus_flask import PgBus, PgbusError, Workflow, step
+from pgbus_flask import engine as engine_module
+from pgbus_flask.engine import Engine
+from pgbus_flask.handle import Run
+
+from .conftest import settings_for
+from .test_inline import run_jobs
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+db = SQLAlchemy(model_class=Base)
+
+
+class Order(db.Model):  # type: ignore[name-defined,misc]
+    __tablename__ = "app_orders"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    state: Mapped[str] = mapped_column(String(20), default="new")
+
+
+class OrderFlow(Workflow):
+    @step
+    def charge(self) -> str:
+        return f"charged {self.kwargs['order_id']}"
+
+    @step(transactional=True)
+    def mark_paid(self) -> str:
+        order = self.session.get(Order, self.kwargs["order_id"])
+        order.state = "paid"
+        if self.kwargs.get("fail"):
+            raise RuntimeError("bookkeeping is down")
+        return "paid"
+
+
+class ShipsOrder(Workflow):
+    @step
+    def pack(self) -> str:
+        return f"packed {self.kwargs['order_id']}"
+
+    @step
+    def ship(self) -> str:
+        return "shipped"
+
+
+def sa_url(pg_url: str) -> str:
+    return pg_url.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
+def make_app(pg_url: str, redis_url: str, app_db_url: str) -> Flask:
+    app = Flask("shop_test")
+    app.config.update(TESTING=True, SECRET_KEY="test", SQLALCHEMY_DATABASE_URI=sa_url(app_db_url),
+                      **settings_for(pg_url, redis_url))
+    db.init_app(app)
+    app.config["TEST_BUS"] = PgBus(app)
+    with app.app_context():
+        db.drop_all()
+        db.create_all()
+    return app
+
+
+@pytest.fixture
+def shop(clean: None, pg_url: str, redis_url: str) -> Iterator[Flask]:
+    app = make_app(pg_url, redis_url, pg_url)
+    yield app
+    with app.app_context():
+        db.session.remove()
+        db.drop_all()
+        db.engine.dispose()
+    app.extensions["pgbus"].close()
+    engine_module._default = None
+
+
+@pytest.fixture
+def other_db(pg_url: str) -> Iterator[str]:
+    """A second database on the same server: the app's, not pgbus's."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS pgbus_test_app_other")
+        conn.execute("CREATE DATABASE pgbus_test_app_other")
+    yield pg_url.rsplit("/", 1)[0] + "/pgbus_test_app_other"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS pgbus_test_app_other WITH (FORCE)")
+
+
+@pytest.fixture
+def shop_elsewhere(clean: None, pg_url: str, redis_url: str, other_db: str) -> Iterator[Flask]:
+    app = make_app(pg_url, redis_url, other_db)
+    yield app
+    with app.app_context():
+        db.session.remove()
+        db.engine.dispose()
+    app.extensions["pgbus"].close()
+    engine_module._default = None
+
+
+def bus_engine(app: Flask) -> Engine:
+    return app.extensions["pgbus"]  # type: ignore[no-any-return]
+
+
+def runs(app: Flask) -> int:
+    with bus_engine(app).db.connection() as conn:
+        return conn.execute("SELECT count(*) FROM pgbus_workflows").fetchone()[0]  # type: ignore[index,no-any-return]
+
+
+def queued(app: Flask) -> int:
+    engine = bus_engine(app)
+    return engine.queue(engine.settings.queue).count
+
+
+def place_order(order_id: int) -> Run:
+    db.session.add(Order(id=order_id))
+    return ShipsOrder.start(order_id=order_id, subject=("Order", order_id), session=db.session)
+
+
+@pytest.mark.parametrize("where", ["shop", "shop_elsewhere"])
+def test_start_commits_with_the_order_and_sends_once(where: str, request: pytest.FixtureRequest) -> None:
+    app: Flask = request.getfixturevalue(where)
+    with app.app_context():
+        run = place_order(1)
+        assert run.status == "ready"
+        assert queued(app) == 0, "nothing is sent before the session commits"
+        db.session.commit()
+        assert runs(app) == 1
+        assert queued(app) == 1
+        db.session.commit()  # a later commit of the same session sends nothing more
+        assert queued(app) == 1
+        run_jobs(bus_engine(app))
+        assert Run(bus_engine(app), run.workflow_id).status == "finished"
+        assert db.session.get(Order, 1) is not None
+
+
+@pytest.mark.parametrize("where", ["shop", "shop_elsewhere"])
+def test_a_rollback_leaves_no_run_and_sends_nothing(where: str, request: pytest.FixtureRequest) -> None:
+    app: Flask = request.getfixturevalue(where)
+    with app.app_context():
+        place_order(2)
+        db.session.rollback()
+        assert runs(app) == 0
+        assert queued(app) == 0
+        assert db.session.get(Order, 2) is None
+        place_order(3)  # the session goes on working after the rollback
+        db.session.commit()
+        assert (runs(app), queued(app)) == (1, 1)
+
+
+@pytest.mark.parametrize("where", ["shop", "shop_elsewhere"])
+def test_a_rolled_back_savepoint_takes_its_start_with_it(where: str, request: pytest.FixtureRequest) -> None:
+    app: Flask = request.getfixturevalue(where)
+    with app.app_context():
+        place_order(4)
+        nested = db.session.begin_nested()
+        place_order(5)
+        nested.rollback()
+        kept = db.session.begin_nested()
+        place_order(6)
+        kept.commit()
+        assert queued(app) == 0, "a released savepoint sends nothing before the outermost commit"
+        db.session.commit()
+        engine = bus_engine(app)
+        with engine.db.connection() as conn:
+            subjects = sorted(r[0] for r in conn.execute("SELECT subject_id FROM pgbus_workflows"))
+        assert subjects == ["4", "6"]
+        assert queued(app) == 2
+
+
+def test_verbs_and_signals_act_inside_the_session(shop: Flask) -> None:
+    with shop.app_context():
+        run = place_order(7)
+        db.session.commit()
+        run.pause(actor="dashboard:ann", reason="check the address", session=db.session)
+        assert run.status == "paused"  # read in the session's transaction
+        db.session.rollback()
+        assert run.refresh().status == "ready", "the rolled-back pause never happened"
+        run.pause(actor="dashboard:ann", session=db.session)
+        db.session.commit()
+        assert run.refresh().status == "paused"
+        run.resume(actor="dashboard:ann", session=db.session)
+        before = queued(shop)
+        assert queued(shop) == before
+        db.session.commit()
+        assert queued(shop) == before + 1, "resume's step is sent after the commit"
+        result = run.signal("note", {"by": "ann"}, session=db.session)
+        db.session.rollback()
+        assert result is not None and run.signals() == []
+
+
+def test_bus_transaction_with_a_session(shop: Flask) -> None:
+    bus: PgBus = shop.config["TEST_BUS"]
+    with shop.app_context():
+        db.session.add(Order(id=8))
+        with bus.transaction(session=db.session):
+            ShipsOrder.start(order_id=8)
+            ShipsOrder.start(order_id=9)
+        assert queued(shop) == 0
+        db.session.commit()
+        assert (runs(shop), queued(shop)) == (2, 2)
+
+
+def test_an_orm_write_in_a_transactional_step_commits_with_it(shop: Flask) -> None:
+    with shop.app_context():
+        db.session.add(Order(id=10))
+        run = OrderFlow.start(order_id=10, session=db.session)
+        db.session.commit()
+        failing = OrderFlow.start(order_id=11, fail=True, session=db.session)
+        db.session.add(Order(id=11))
+        db.session.commit()
+        run_jobs(bus_engine(shop))
+        db.session.expire_all()
+        assert db.session.get(Order, 10).state == "paid"  # type: ignore[union-attr]
+        assert Run(bus_engine(shop), run.workflow_id).status == "finished"
+        assert db.session.get(Order, 11).state == "new", "the failed step's ORM write rolled back"  # type: ignore[union-attr]
+        assert Run(bus_engine(shop), failing.workflow_id).status == "paused"
+
+
+def test_another_driver_gets_a_clear_error(engine: Engine) -> None:
+    sqlite = Session(create_engine("sqlite://"))
+    with pytest.raises(PgbusError, match=r"psycopg 3 driver.*sqlite\+pysqlite.*postgresql\+psycopg://"):
+        OrderFlow.start(order_id=1, session=sqlite, bus=engine)
+    with engine.db.connection() as conn:
+        assert conn.execute("SELECT count(*) FROM pgbus_workflows").fetchone()[0] == 0  # type: ignore[index]
+
+
+def test_a_session_and_a_connection_together_are_refused(engine: Engine) -> None:
+    with pytest.raises(PgbusError, match="conn= or session="):
+        OrderFlow.start(order_id=1, session=object(), conn=object(), bus=engine)
