@@ -98,8 +98,11 @@ def test_idle_pgbus_worker_stops_on_sigterm(engine: Engine, pg_url: str, redis_u
     try:
         from rq import Worker
 
-        wait_until(lambda: any(w.name == "sigterm-check" for w in Worker.all(connection=engine.redis)),
-                   timeout=30, message="worker registered")
+        # Idle, not only registered: RQ installs its signal handlers after registering, and a
+        # SIGTERM before that ends the process the default way (-15).
+        wait_until(lambda: any(w.name == "sigterm-check" and w.get_state() == "idle"
+                               for w in Worker.all(connection=engine.redis)),
+                   timeout=30, message="worker idle")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
     finally:
