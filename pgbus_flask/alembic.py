@@ -39,7 +39,7 @@ log = logging.getLogger("pgbus_flask")
 PREFIX = "pgbus_"
 
 #: Alembic's ``include_object(object, name, type_, reflected, compare_to) -> bool``.
-IncludeObject = Callable[[Any, "str | None", str, bool, Any], bool]
+IncludeObject = Callable[[Any, str | None, str, bool, Any], bool]
 
 
 def is_pgbus_object(obj: Any, name: str | None, type_: str) -> bool:

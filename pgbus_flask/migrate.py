@@ -23,7 +23,7 @@ MIGRATE_LOCK = 0x7067627573_01
 
 #: Runs one statement (``params`` None: no placeholders, the text goes as it is) and
 #: returns its rows ([] for a statement that returns none).
-Execute = Callable[[str, "Sequence[Any] | None"], Sequence[Sequence[Any]]]
+Execute = Callable[[str, Sequence[Any] | None], Sequence[Sequence[Any]]]
 
 
 def migrations() -> list[tuple[str, str]]:
