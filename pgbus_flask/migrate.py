@@ -2,12 +2,17 @@
 
 Applying is idempotent and safe from several processes at once: one
 PostgreSQL advisory lock serializes them, and applied versions are recorded
-in ``pgbus_schema_migrations``.
+in ``pgbus_schema_migrations``. :func:`apply` runs them on a psycopg
+connection (``flask pgbus migrate``); :func:`apply_with` is the same steps
+inside a transaction someone else opened (an Alembic revision, see
+:mod:`pgbus_flask.alembic`), so both paths apply and record versions alike.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from importlib import resources
+from typing import Any
 
 from psycopg import Connection
 
@@ -15,6 +20,10 @@ from .db import Database
 
 # The advisory lock key every migrating process takes ("pgbus-migrate").
 MIGRATE_LOCK = 0x7067627573_01
+
+#: Runs one statement (``params`` None: no placeholders, the text goes as it is) and
+#: returns its rows ([] for a statement that returns none).
+Execute = Callable[[str, Sequence[Any] | None], Sequence[Sequence[Any]]]
 
 
 def migrations() -> list[tuple[str, str]]:
@@ -28,24 +37,36 @@ def schema_sql() -> str:
     return (resources.files("pgbus_flask") / "sql" / "schema.sql").read_text(encoding="utf-8")
 
 
+def apply_with(execute: Execute, *, lock: bool = True) -> list[str]:
+    """Apply the missing migrations through ``execute``, inside the caller's open
+    transaction (they commit or roll back with it); returns the versions applied.
+
+    The advisory lock is held until that transaction ends.
+    """
+    if lock:
+        execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
+    execute("CREATE TABLE IF NOT EXISTS pgbus_schema_migrations"
+            " (version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())", None)
+    done = {row[0] for row in execute("SELECT version FROM pgbus_schema_migrations", None)}
+    applied: list[str] = []
+    for version, sql in migrations():
+        if version in done:
+            continue
+        execute(sql, None)
+        execute("INSERT INTO pgbus_schema_migrations (version) VALUES (%s)", (version,))
+        applied.append(version)
+    return applied
+
+
 def apply(conn: Connection, *, lock: bool = True) -> list[str]:
     """Apply the missing migrations on ``conn`` (autocommit); returns the versions applied."""
-    applied: list[str] = []
+
+    def execute(query: str, params: Sequence[Any] | None) -> Sequence[Sequence[Any]]:
+        cur = conn.execute(query.encode(), params)
+        return cur.fetchall() if cur.description is not None else []
+
     with conn.transaction():
-        if lock:
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS pgbus_schema_migrations"
-            " (version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        done = {row[0] for row in conn.execute("SELECT version FROM pgbus_schema_migrations")}
-        for version, sql in migrations():
-            if version in done:
-                continue
-            conn.execute(sql.encode())
-            conn.execute("INSERT INTO pgbus_schema_migrations (version) VALUES (%s)", (version,))
-            applied.append(version)
-    return applied
+        return apply_with(execute, lock=lock)
 
 
 def migrate(db: Database) -> list[str]:

@@ -25,7 +25,7 @@ LAYERS: list[set[str]] = [
     {"runner"},
     {"handle"},
     {"workflow", "queries", "jobs", "sweep"},
-    {"extension", "cli", "web"},
+    {"extension", "cli", "web", "alembic"},
     {"__init__"},
     {"demo_workflows"},  # written as an app would: from the package root
     {"demo"},
