@@ -242,3 +242,22 @@ def test_another_driver_gets_a_clear_error(engine: Engine) -> None:
 def test_a_session_and_a_connection_together_are_refused(engine: Engine) -> None:
     with pytest.raises(PgbusError, match="conn= or session="):
         OrderFlow.start(order_id=1, session=object(), conn=object(), bus=engine)
+
+
+def test_a_plain_sqlalchemy_session_without_flask(engine: Engine, pg_url: str) -> None:
+    """SQLAlchemy 2.x without Flask-SQLAlchemy: a Session of the app's own engine."""
+    app_engine = create_engine(sa_url(pg_url))
+    try:
+        with Session(app_engine) as session:
+            run = ShipsOrder.start(order_id=12, session=session, bus=engine)
+            assert engine.queue(engine.settings.queue).count == 0
+            session.commit()
+        assert engine.queue(engine.settings.queue).count == 1
+        with Session(app_engine) as session:
+            ShipsOrder.start(order_id=13, session=session, bus=engine)
+            session.rollback()
+        with engine.db.connection() as conn:
+            assert conn.execute("SELECT count(*) FROM pgbus_workflows").fetchone()[0] == 1  # type: ignore[index]
+        assert run.refresh().status == "ready"
+    finally:
+        app_engine.dispose()
