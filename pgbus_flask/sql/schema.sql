@@ -17,7 +17,15 @@ CREATE TABLE pgbus_workflows (
     paused_at         timestamptz,
     created_at        timestamptz NOT NULL DEFAULT now(),
     updated_at        timestamptz NOT NULL DEFAULT now(),
-    finished_at       timestamptz
+    finished_at       timestamptz,
+    -- What a person must see (pgbus_flask/attention.py; the runner keeps it at every transition):
+    -- the stuck reason the run has or will have once attention_since is older than its threshold,
+    -- and its latest step's id and error class.
+    attention_reason      text CHECK (attention_reason IN
+                              ('stalled', 'paused_error', 'paused_manual', 'overdue', 'waiting_overdue')),
+    attention_since       timestamptz,
+    attention_step_id     bigint,
+    attention_error_class text
 );
 CREATE UNIQUE INDEX pgbus_workflows_idempotency_key
     ON pgbus_workflows (workflow_class, idempotency_key) WHERE idempotency_key IS NOT NULL;
@@ -30,6 +38,13 @@ CREATE INDEX pgbus_workflows_class_status ON pgbus_workflows (workflow_class, st
 CREATE INDEX pgbus_workflows_subject ON pgbus_workflows (subject_type, subject_id);
 CREATE INDEX pgbus_workflows_terminal_updated
     ON pgbus_workflows (updated_at) WHERE status IN ('finished', 'cancelled');
+CREATE INDEX pgbus_workflows_attention_paused
+    ON pgbus_workflows (workflow_class, current_step, attention_reason, (COALESCE(attention_error_class, '')),
+                        attention_since, id)
+    WHERE attention_reason IN ('stalled', 'paused_error', 'paused_manual');
+CREATE INDEX pgbus_workflows_attention_due
+    ON pgbus_workflows (attention_reason, attention_since)
+    WHERE attention_reason IN ('overdue', 'waiting_overdue');
 
 -- One row per step attempt.
 CREATE TABLE pgbus_workflow_steps (
@@ -162,3 +177,70 @@ $$;
 CREATE TRIGGER pgbus_workflow_events_append_only
     BEFORE UPDATE OR DELETE ON pgbus_workflow_events
     FOR EACH ROW EXECUTE FUNCTION pgbus_workflow_events_append_only();
+
+-- Runs by class and status, and paused runs by attention group: each change adds a row of +1/-1
+-- (no row two writers both update), and the sweep folds them into one row per key.
+CREATE TABLE pgbus_run_counts (
+    id               bigserial PRIMARY KEY,
+    workflow_class   text NOT NULL,
+    status           text NOT NULL,
+    -- for paused runs: the attention group (current step, reason, error class or ''); '' otherwise
+    step             text NOT NULL DEFAULT '',
+    attention_reason text NOT NULL DEFAULT '',
+    error_class      text NOT NULL DEFAULT '',
+    runs             bigint NOT NULL
+);
+CREATE INDEX pgbus_run_counts_key
+    ON pgbus_run_counts (workflow_class, status, step, attention_reason, error_class);
+
+-- Kept by triggers, so that every writer of a run row counts right: the runner, the retention
+-- sweep's DELETE, and a person's hand-made fix.
+CREATE FUNCTION pgbus_workflows_count_update() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pgbus_run_counts (workflow_class, status, step, attention_reason, error_class, runs) VALUES
+        (OLD.workflow_class, OLD.status,
+         CASE WHEN OLD.status = 'paused' THEN OLD.current_step ELSE '' END,
+         CASE WHEN OLD.status = 'paused' THEN COALESCE(OLD.attention_reason, '') ELSE '' END,
+         CASE WHEN OLD.status = 'paused' THEN COALESCE(OLD.attention_error_class, '') ELSE '' END, -1),
+        (NEW.workflow_class, NEW.status,
+         CASE WHEN NEW.status = 'paused' THEN NEW.current_step ELSE '' END,
+         CASE WHEN NEW.status = 'paused' THEN COALESCE(NEW.attention_reason, '') ELSE '' END,
+         CASE WHEN NEW.status = 'paused' THEN COALESCE(NEW.attention_error_class, '') ELSE '' END, 1);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION pgbus_workflows_count_rows() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO pgbus_run_counts (workflow_class, status, step, attention_reason, error_class, runs)
+        SELECT workflow_class, status,
+               CASE WHEN status = 'paused' THEN current_step ELSE '' END,
+               CASE WHEN status = 'paused' THEN COALESCE(attention_reason, '') ELSE '' END,
+               CASE WHEN status = 'paused' THEN COALESCE(attention_error_class, '') ELSE '' END, count(*)
+        FROM added GROUP BY 1, 2, 3, 4, 5;
+    ELSE
+        INSERT INTO pgbus_run_counts (workflow_class, status, step, attention_reason, error_class, runs)
+        SELECT workflow_class, status,
+               CASE WHEN status = 'paused' THEN current_step ELSE '' END,
+               CASE WHEN status = 'paused' THEN COALESCE(attention_reason, '') ELSE '' END,
+               CASE WHEN status = 'paused' THEN COALESCE(attention_error_class, '') ELSE '' END, -count(*)
+        FROM removed GROUP BY 1, 2, 3, 4, 5;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER pgbus_workflows_count_update
+    AFTER UPDATE ON pgbus_workflows FOR EACH ROW
+    WHEN (OLD.workflow_class IS DISTINCT FROM NEW.workflow_class OR OLD.status IS DISTINCT FROM NEW.status
+          OR (NEW.status = 'paused'
+              AND (OLD.current_step, OLD.attention_reason, OLD.attention_error_class)
+                  IS DISTINCT FROM (NEW.current_step, NEW.attention_reason, NEW.attention_error_class)))
+    EXECUTE FUNCTION pgbus_workflows_count_update();
+CREATE TRIGGER pgbus_workflows_count_insert
+    AFTER INSERT ON pgbus_workflows REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION pgbus_workflows_count_rows();
+CREATE TRIGGER pgbus_workflows_count_delete
+    AFTER DELETE ON pgbus_workflows REFERENCING OLD TABLE AS removed
+    FOR EACH STATEMENT EXECUTE FUNCTION pgbus_workflows_count_rows();

@@ -1,0 +1,129 @@
+-- 0004: what a person must see, kept on the run row, and the counts of runs, kept in a table, so that
+-- no dashboard read scans every run (DESIGN.md section 10; pgbus_flask/attention.py keeps both).
+--
+-- A run's attention columns say which stuck reason it has, or will have once its time passes: a
+-- paused run's reason (stalled, paused_error or paused_manual, from its latest step) since it paused;
+-- a ready run is 'overdue' once its step has been due longer than PGBUS_STALL_THRESHOLD, counted
+-- from the step's scheduled_at; a run waiting on a signal with no wait_timeout is 'waiting_overdue'
+-- once it has waited longer than PGBUS_WAITING_THRESHOLD, counted from waiting_since. The runner
+-- sets them in the statement that writes each transition's audit events.
+
+ALTER TABLE pgbus_workflows
+    ADD COLUMN attention_reason      text CHECK (attention_reason IN
+                                          ('stalled', 'paused_error', 'paused_manual', 'overdue', 'waiting_overdue')),
+    ADD COLUMN attention_since       timestamptz,
+    ADD COLUMN attention_step_id     bigint,
+    ADD COLUMN attention_error_class text;
+
+UPDATE pgbus_workflows w
+SET attention_reason = f.reason, attention_since = f.since, attention_step_id = f.step_id,
+    attention_error_class = f.error_class
+FROM (
+    SELECT r.id, a.reason,
+           CASE WHEN a.reason IS NULL THEN NULL
+                WHEN r.status = 'paused' THEN r.paused_at
+                WHEN r.status = 'ready' THEN s.scheduled_at
+                ELSE s.waiting_since END AS since,
+           CASE WHEN a.reason IS NOT NULL THEN s.id END AS step_id,
+           CASE WHEN a.reason IS NOT NULL THEN s.error_class END AS error_class
+    FROM pgbus_workflows r
+    LEFT JOIN LATERAL (SELECT id, status, error_class, scheduled_at, waiting_since, timeout_at, batch_id
+                       FROM pgbus_workflow_steps WHERE workflow_id = r.workflow_id ORDER BY id DESC LIMIT 1) s ON TRUE
+    CROSS JOIN LATERAL (SELECT CASE
+        WHEN r.status = 'paused' AND s.status = 'failed' AND s.error_class = 'pgbus_flask.errors.StepStalled'
+            THEN 'stalled'
+        WHEN r.status = 'paused' AND s.status = 'failed' AND s.error_class IS NOT NULL THEN 'paused_error'
+        WHEN r.status = 'paused' THEN 'paused_manual'
+        WHEN r.status = 'ready' AND s.status = 'scheduled' THEN 'overdue'
+        WHEN r.status = 'waiting' AND s.status = 'waiting' AND s.timeout_at IS NULL AND s.batch_id IS NULL
+            THEN 'waiting_overdue'
+        END AS reason) a
+    WHERE r.status IN ('ready', 'waiting', 'paused')
+) f
+WHERE w.id = f.id AND f.reason IS NOT NULL;
+
+-- The paused runs of each attention group, oldest first: attention_ids, and the first, last and
+-- newest run of each group in attention_groups.
+CREATE INDEX pgbus_workflows_attention_paused
+    ON pgbus_workflows (workflow_class, current_step, attention_reason, (COALESCE(attention_error_class, '')),
+                        attention_since, id)
+    WHERE attention_reason IN ('stalled', 'paused_error', 'paused_manual');
+-- The ready and waiting runs by how long they have been due or waiting: the overdue ones are a range.
+CREATE INDEX pgbus_workflows_attention_due
+    ON pgbus_workflows (attention_reason, attention_since)
+    WHERE attention_reason IN ('overdue', 'waiting_overdue');
+
+-- Runs by class and status, and paused runs by attention group: each change adds a row of +1/-1
+-- (no row two writers both update), and the sweep folds them into one row per key.
+CREATE TABLE pgbus_run_counts (
+    id               bigserial PRIMARY KEY,
+    workflow_class   text NOT NULL,
+    status           text NOT NULL,
+    -- for paused runs: the attention group (current step, reason, error class or ''); '' otherwise
+    step             text NOT NULL DEFAULT '',
+    attention_reason text NOT NULL DEFAULT '',
+    error_class      text NOT NULL DEFAULT '',
+    runs             bigint NOT NULL
+);
+CREATE INDEX pgbus_run_counts_key
+    ON pgbus_run_counts (workflow_class, status, step, attention_reason, error_class);
+
+INSERT INTO pgbus_run_counts (workflow_class, status, step, attention_reason, error_class, runs)
+SELECT workflow_class, status,
+       CASE WHEN status = 'paused' THEN current_step ELSE '' END,
+       CASE WHEN status = 'paused' THEN COALESCE(attention_reason, '') ELSE '' END,
+       CASE WHEN status = 'paused' THEN COALESCE(attention_error_class, '') ELSE '' END,
+       count(*)
+FROM pgbus_workflows GROUP BY 1, 2, 3, 4, 5;
+
+-- Kept by triggers, so that every writer of a run row counts right: the runner, the retention
+-- sweep's DELETE, and a person's hand-made fix.
+CREATE FUNCTION pgbus_workflows_count_update() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pgbus_run_counts (workflow_class, status, step, attention_reason, error_class, runs) VALUES
+        (OLD.workflow_class, OLD.status,
+         CASE WHEN OLD.status = 'paused' THEN OLD.current_step ELSE '' END,
+         CASE WHEN OLD.status = 'paused' THEN COALESCE(OLD.attention_reason, '') ELSE '' END,
+         CASE WHEN OLD.status = 'paused' THEN COALESCE(OLD.attention_error_class, '') ELSE '' END, -1),
+        (NEW.workflow_class, NEW.status,
+         CASE WHEN NEW.status = 'paused' THEN NEW.current_step ELSE '' END,
+         CASE WHEN NEW.status = 'paused' THEN COALESCE(NEW.attention_reason, '') ELSE '' END,
+         CASE WHEN NEW.status = 'paused' THEN COALESCE(NEW.attention_error_class, '') ELSE '' END, 1);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION pgbus_workflows_count_rows() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO pgbus_run_counts (workflow_class, status, step, attention_reason, error_class, runs)
+        SELECT workflow_class, status,
+               CASE WHEN status = 'paused' THEN current_step ELSE '' END,
+               CASE WHEN status = 'paused' THEN COALESCE(attention_reason, '') ELSE '' END,
+               CASE WHEN status = 'paused' THEN COALESCE(attention_error_class, '') ELSE '' END, count(*)
+        FROM added GROUP BY 1, 2, 3, 4, 5;
+    ELSE
+        INSERT INTO pgbus_run_counts (workflow_class, status, step, attention_reason, error_class, runs)
+        SELECT workflow_class, status,
+               CASE WHEN status = 'paused' THEN current_step ELSE '' END,
+               CASE WHEN status = 'paused' THEN COALESCE(attention_reason, '') ELSE '' END,
+               CASE WHEN status = 'paused' THEN COALESCE(attention_error_class, '') ELSE '' END, -count(*)
+        FROM removed GROUP BY 1, 2, 3, 4, 5;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER pgbus_workflows_count_update
+    AFTER UPDATE ON pgbus_workflows FOR EACH ROW
+    WHEN (OLD.workflow_class IS DISTINCT FROM NEW.workflow_class OR OLD.status IS DISTINCT FROM NEW.status
+          OR (NEW.status = 'paused'
+              AND (OLD.current_step, OLD.attention_reason, OLD.attention_error_class)
+                  IS DISTINCT FROM (NEW.current_step, NEW.attention_reason, NEW.attention_error_class)))
+    EXECUTE FUNCTION pgbus_workflows_count_update();
+CREATE TRIGGER pgbus_workflows_count_insert
+    AFTER INSERT ON pgbus_workflows REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION pgbus_workflows_count_rows();
+CREATE TRIGGER pgbus_workflows_count_delete
+    AFTER DELETE ON pgbus_workflows REFERENCING OLD TABLE AS removed
+    FOR EACH STATEMENT EXECUTE FUNCTION pgbus_workflows_count_rows();
