@@ -13,7 +13,7 @@ from typing import Any
 
 from psycopg import sql
 
-from . import payload, runner, states
+from . import attention, payload, runner, states
 from .engine import Engine
 from .errors import InvalidInput, PgbusError, WorkflowNotFound
 
@@ -21,7 +21,7 @@ Row = dict[str, Any]
 
 GROUP_LIMIT = 200
 IDS_LIMIT = 500
-PAUSED_REASONS = ("stalled", "paused_error", "paused_manual")
+PAUSED_REASONS = attention.PAUSED_REASONS
 #: A run list's page size is 1 to this many runs.
 MAX_LIMIT = 200
 #: The fewest hex digits a run id prefix may have (a verb must not land on a run by chance).
@@ -44,77 +44,42 @@ def _checked(*filters: tuple[str, str | None]) -> None:
 
 
 def status_counts(engine: Engine) -> dict[tuple[str, str], int]:
-    """``{(workflow_class, status): runs}`` over every run."""
+    """``{(workflow_class, status): runs}`` over every run, from ``pgbus_run_counts`` (not the runs)."""
     with engine.db.connection() as conn:
-        rows = conn.execute("SELECT workflow_class, status, count(*) FROM pgbus_workflows GROUP BY 1, 2").fetchall()
-    return {(r[0], r[1]): r[2] for r in rows}
+        rows = conn.execute("SELECT workflow_class, status, sum(runs) FROM pgbus_run_counts GROUP BY 1, 2"
+                            " HAVING sum(runs) <> 0").fetchall()
+    return {(r[0], r[1]): int(r[2]) for r in rows}
 
 
-def _stuck_sql(waiting: bool, one_class: bool, reason: str | None = None) -> str:
-    """Each stuck ongoing run with its latest step and why it is stuck: one ``UNION ALL`` branch per
-    kind of reason, each starting from an index, so the cost follows the stuck runs rather than every
-    ongoing run. Only the branch of ``reason`` when given (the caller still filters on it). Columns: id,
-    workflow_id, workflow_class, step_name, error_class, error_message, reason, since. Parameters:
-    %(overdue)s, %(waiting_cutoff)s, %(cls)s.
+# The stuck reads start from the attention columns the runner keeps on each run (pgbus_flask/attention.py):
+# paused runs from pgbus_workflows_attention_paused (their counts from pgbus_run_counts), overdue and
+# waiting_overdue ones from a range of pgbus_workflows_attention_due. Parameters: %(now)s (None: the
+# database's now()), %(stall)s and %(waiting)s (intervals).
+_PAUSED = "w.attention_reason IN ('stalled', 'paused_error', 'paused_manual')"
+_DUE = {
+    "overdue": "w.attention_reason = 'overdue'"
+               " AND w.attention_since < COALESCE(%(now)s::timestamptz, now()) - %(stall)s::interval",
+    "waiting_overdue": "w.attention_reason = 'waiting_overdue'"
+                       " AND w.attention_since < COALESCE(%(now)s::timestamptz, now()) - %(waiting)s::interval",
+}
 
-    * paused runs (``pgbus_workflows_ongoing``), each with its latest step (``pgbus_workflow_steps_latest``):
-      stalled, paused_error or paused_manual, since ``paused_at``;
-    * overdue: scheduled steps due before the cutoff (``pgbus_workflow_steps_scheduled``) of ready
-      runs, since ``scheduled_at``;
-    * waiting_overdue (only when ``waiting``): waiting steps with no deadline and no batch, waiting
-      since before the cutoff (``pgbus_workflow_steps_waiting_no_deadline``), of waiting runs, since
-      ``waiting_since``.
 
-    The last two rely on the engine's invariant that a run has at most one open step (scheduled,
-    in_progress or waiting) and that it is the run's latest step: a new step row is only inserted
-    once the latest one is closed. Checking "latest" there again would cost one more index probe per
-    stuck run (2-3.5x on the waiting branch when every waiting run is overdue).
-    """
-    cls = " AND w.workflow_class = %(cls)s" if one_class else ""
-    branches: list[str] = []
-    if reason is None or reason in PAUSED_REASONS:
-        branches.append(f"""
-        SELECT w.id, w.workflow_id, w.workflow_class, COALESCE(s.step_name, w.current_step) AS step_name,
-               s.error_class, s.error_message,
-               CASE WHEN s.status = 'failed' AND s.error_class = '{states.STALLED_ERROR}' THEN 'stalled'
-                    WHEN s.status = 'failed' AND s.error_class IS NOT NULL THEN 'paused_error'
-                    ELSE 'paused_manual' END AS reason,
-               w.paused_at AS since
-        FROM pgbus_workflows w
-        LEFT JOIN LATERAL (
-            SELECT step_name, status, error_class, error_message
-            FROM pgbus_workflow_steps WHERE workflow_id = w.workflow_id ORDER BY id DESC LIMIT 1
-        ) s ON TRUE
-        WHERE w.status = 'paused'{cls}""")
-    # The run of each candidate step is looked up by its workflow_id, one probe per candidate: the
-    # OFFSET 0 keeps the planner from hashing every ready (or waiting) run instead, which it would do
-    # on a misestimate of the candidates (it cannot tell how many scheduled steps are past due).
-    run_of = ("CROSS JOIN LATERAL (SELECT r.id, r.workflow_id, r.workflow_class FROM pgbus_workflows r"
-              " WHERE r.workflow_id = s.workflow_id AND r.status = '{status}'"
-              + (" AND r.workflow_class = %(cls)s" if one_class else "") + " OFFSET 0) w")
-    if reason is None or reason == "overdue":
-        branches.append(f"""
-        SELECT w.id, w.workflow_id, w.workflow_class, s.step_name, s.error_class, s.error_message,
-               'overdue'::text AS reason, s.scheduled_at AS since
-        FROM pgbus_workflow_steps s
-        {run_of.format(status="ready")}
-        WHERE s.status = 'scheduled' AND s.scheduled_at < %(overdue)s""")
-    if waiting and (reason is None or reason == "waiting_overdue"):
-        branches.append(f"""
-        SELECT w.id, w.workflow_id, w.workflow_class, s.step_name, s.error_class, s.error_message,
-               'waiting_overdue'::text AS reason, s.waiting_since AS since
-        FROM pgbus_workflow_steps s
-        {run_of.format(status="waiting")}
-        WHERE s.status = 'waiting' AND s.timeout_at IS NULL AND s.batch_id IS NULL
-          AND s.waiting_since < %(waiting_cutoff)s""")
-    if not branches:  # waiting_overdue asked for with no waiting threshold: no rows, same columns
-        return ("SELECT NULL::bigint AS id, NULL::uuid AS workflow_id, NULL::text AS workflow_class,"
-                " NULL::text AS step_name, NULL::text AS error_class, NULL::text AS error_message,"
-                " NULL::text AS reason, NULL::timestamptz AS since WHERE FALSE")
-    return "\n        UNION ALL".join(branches) + "\n"
+def _due_reasons(engine: Engine) -> tuple[str, ...]:
+    """The reasons that come with time: waiting_overdue only when PGBUS_WAITING_THRESHOLD is set."""
+    return ("overdue", "waiting_overdue") if engine.settings.waiting_threshold is not None else ("overdue",)
+
+
+def _reason_sql(engine: Engine, reason: str) -> str:
+    """The condition on ``pgbus_workflows w`` for the runs stuck for ``reason``."""
+    if reason in attention.PAUSED_REASONS:
+        return f"{_PAUSED} AND w.attention_reason = '{reason}'"  # a literal: the partial index applies
+    return _DUE[reason] if reason in _due_reasons(engine) else "FALSE"
 
 
 def _params(engine: Engine, now: datetime | None, workflow_class: str | None) -> tuple[Row, bool]:
+    """The cutoffs of overdue and waiting_overdue as times on the database's clock (``overdue``,
+    ``waiting_cutoff``), and whether waiting_overdue counts (a waiting threshold is set): for
+    bench.sweep_cost's reference query, which checks the reads here against a plain computation."""
     settings = engine.settings
     waiting = settings.waiting_threshold is not None
     params: Row = {"cls": workflow_class}
@@ -125,23 +90,32 @@ def _params(engine: Engine, now: datetime | None, workflow_class: str | None) ->
     return params, waiting
 
 
-def _fetch_stuck(engine: Engine, query: str, params: Row) -> list[tuple[Any, ...]]:
-    """Rows of a read over ``_stuck_sql``, with JIT off for its transaction: with many paused runs the
-    planner's estimate crosses ``jit_above_cost`` and compiling costs more than the index-driven plan
-    itself (about 20 ms of 110 at 20,000 paused runs)."""
+def _read(engine: Engine, query: str, params: Row) -> list[tuple[Any, ...]]:
+    """Rows of a stuck read, with JIT off for its transaction: on a big stuck set the planner's estimate
+    crosses ``jit_above_cost``, and compiling costs more than the index-driven plan itself."""
     with engine.db.connection() as conn, conn.transaction():
         conn.execute("SET LOCAL jit = off")
         return list(conn.execute(query.encode(), params).fetchall())
 
 
+def _base(engine: Engine, now: datetime | None, workflow_class: str | None) -> Row:
+    _checked(("class", workflow_class))
+    settings = engine.settings
+    return {"cls": workflow_class, "now": now, "stall": settings.stall_threshold,
+            "waiting": settings.waiting_threshold or timedelta(0)}
+
+
 def stuck_reason_counts(engine: Engine, workflow_class: str | None = None,
                         now: datetime | None = None) -> dict[tuple[str, str], int]:
-    """``{(workflow_class, reason): runs}`` of ongoing runs that need a person."""
-    _checked(("class", workflow_class))
-    params, waiting = _params(engine, now, workflow_class)
-    query = (f"SELECT workflow_class, reason, count(*) FROM ({_stuck_sql(waiting, workflow_class is not None)}) x"
-             " GROUP BY 1, 2")
-    return {(r[0], r[1]): r[2] for r in _fetch_stuck(engine, query, params)}
+    """``{(workflow_class, reason): runs}`` of ongoing runs that need a person: the paused ones from
+    ``pgbus_run_counts``, the overdue and waiting_overdue ones from their index range."""
+    params = _base(engine, now, workflow_class)
+    cls = " AND workflow_class = %(cls)s" if workflow_class is not None else ""
+    parts = [f"""SELECT workflow_class, attention_reason, sum(runs) FROM pgbus_run_counts
+                 WHERE status = 'paused' AND attention_reason <> ''{cls} GROUP BY 1, 2 HAVING sum(runs) <> 0"""]
+    parts += [f"SELECT w.workflow_class, '{reason}', count(*) FROM pgbus_workflows w WHERE {_DUE[reason]}{cls}"
+              " GROUP BY 1" for reason in _due_reasons(engine)]
+    return {(r[0], r[1]): int(r[2]) for r in _read(engine, "\nUNION ALL\n".join(parts), params)}
 
 
 @dataclass(frozen=True)
@@ -162,20 +136,49 @@ class AttentionGroup:
 
 def attention_groups(engine: Engine, workflow_class: str | None = None, *, limit: int = GROUP_LIMIT,
                      now: datetime | None = None) -> list[AttentionGroup]:
-    """Stuck runs grouped by (class, step, reason, error class), the biggest group first."""
-    _checked(("class", workflow_class))
-    params, waiting = _params(engine, now, workflow_class)
+    """Stuck runs grouped by (class, step, reason, error class), the biggest group first; each with its
+    first and last seen (the oldest and newest ``attention_since``) and its newest run's error message.
+
+    Paused groups are counted in ``pgbus_run_counts`` and their first and newest runs are two probes
+    of ``pgbus_workflows_attention_paused``; the overdue ones are read from their index range.
+    """
+    params = _base(engine, now, workflow_class)
     params["limit"] = min(int(limit), GROUP_LIMIT)
+    cls_counts = " AND workflow_class = %(cls)s" if workflow_class is not None else ""
+    cls = " AND w.workflow_class = %(cls)s" if workflow_class is not None else ""
+    same_group = (f"{_PAUSED} AND w.workflow_class = p.workflow_class AND w.current_step = p.step_name"
+                  " AND w.attention_reason = p.reason"
+                  " AND COALESCE(w.attention_error_class, '') = COALESCE(p.error_class, '')")
+    due = " OR ".join(f"({_DUE[reason]})" for reason in _due_reasons(engine))
     query = f"""
-        SELECT workflow_class, step_name, reason, error_class, count(*) AS runs,
-               min(since) AS first_seen_at, max(since) AS last_seen_at,
-               (array_agg(error_message ORDER BY since DESC NULLS LAST, id DESC))[1] AS error_message
-        FROM ({_stuck_sql(waiting, workflow_class is not None)}) x
-        GROUP BY workflow_class, step_name, reason, error_class
-        ORDER BY runs DESC, last_seen_at DESC NULLS LAST, workflow_class, step_name
+        WITH paused AS (
+            SELECT workflow_class, step AS step_name, attention_reason AS reason,
+                   NULLIF(error_class, '') AS error_class, sum(runs) AS runs
+            FROM pgbus_run_counts WHERE status = 'paused' AND attention_reason <> ''{cls_counts}
+            GROUP BY 1, 2, 3, 4 HAVING sum(runs) > 0
+        ), groups AS (
+            SELECT p.workflow_class, p.step_name, p.reason, p.error_class, p.runs,
+                   oldest.since AS first_seen_at, newest.since AS last_seen_at, newest.step_id
+            FROM paused p
+            LEFT JOIN LATERAL (SELECT w.attention_since AS since FROM pgbus_workflows w WHERE {same_group}
+                               ORDER BY w.attention_since, w.id LIMIT 1) oldest ON TRUE
+            LEFT JOIN LATERAL (SELECT w.attention_since AS since, w.attention_step_id AS step_id
+                               FROM pgbus_workflows w WHERE {same_group}
+                               ORDER BY w.attention_since DESC, w.id DESC LIMIT 1) newest ON TRUE
+            UNION ALL
+            SELECT w.workflow_class, w.current_step, w.attention_reason, w.attention_error_class, count(*),
+                   min(w.attention_since), max(w.attention_since),
+                   (array_agg(w.attention_step_id ORDER BY w.attention_since DESC, w.id DESC))[1]
+            FROM pgbus_workflows w WHERE ({due}){cls}
+            GROUP BY 1, 2, 3, 4
+        )
+        SELECT g.workflow_class, g.step_name, g.reason, g.error_class, g.runs, g.first_seen_at, g.last_seen_at,
+               s.error_message
+        FROM groups g LEFT JOIN pgbus_workflow_steps s ON s.id = g.step_id
+        ORDER BY g.runs DESC, g.last_seen_at DESC NULLS LAST, g.workflow_class, g.step_name
         LIMIT %(limit)s
     """
-    return [AttentionGroup(*row) for row in _fetch_stuck(engine, query, params)]
+    return [AttentionGroup(r[0], r[1], r[2], r[3], int(r[4]), *r[5:]) for r in _read(engine, query, params)]
 
 
 def attention_ids(engine: Engine, workflow_class: str, step_name: str, reason: str, error_class: str | None, *,
@@ -183,15 +186,16 @@ def attention_ids(engine: Engine, workflow_class: str, step_name: str, reason: s
     """The workflow ids of one attention group, oldest stuck first, at most ``limit`` (500)."""
     if reason not in states.STUCK_REASONS:
         raise InvalidInput("stuck reason", f"{reason!r} is unknown (known: {', '.join(states.STUCK_REASONS)})")
-    _checked(("class", workflow_class), ("step", step_name), ("error class", error_class))
-    params, waiting = _params(engine, now, workflow_class)
-    params.update(step=step_name, reason=reason, error=error_class, limit=min(int(limit), IDS_LIMIT))
+    _checked(("step", step_name), ("error class", error_class))
+    params = _base(engine, now, workflow_class)
+    params.update(step=step_name, error=error_class or "", limit=min(int(limit), IDS_LIMIT))
     query = f"""
-        SELECT workflow_id FROM ({_stuck_sql(waiting, True, reason)}) x
-        WHERE step_name = %(step)s AND reason = %(reason)s AND error_class IS NOT DISTINCT FROM %(error)s
-        ORDER BY since NULLS LAST, id LIMIT %(limit)s
+        SELECT w.workflow_id FROM pgbus_workflows w
+        WHERE {_reason_sql(engine, reason)} AND w.workflow_class = %(cls)s AND w.current_step = %(step)s
+          AND COALESCE(w.attention_error_class, '') = %(error)s
+        ORDER BY w.attention_since, w.id LIMIT %(limit)s
     """
-    return [r[0] for r in _fetch_stuck(engine, query, params)]
+    return [r[0] for r in _read(engine, query, params)]
 
 
 @dataclass
@@ -345,16 +349,12 @@ def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
         where.append(sql.SQL("w.id < %(before)s"))
         params["before"] = f.before
     if f.reason:
-        p, waiting = _params(engine, None, f.workflow_class)
-        params.update(overdue=p["overdue"], waiting_cutoff=p["waiting_cutoff"], reason=f.reason,
-                      cls=f.workflow_class)
-        error = ""
+        params.update(now=None, stall=engine.settings.stall_threshold,
+                      waiting=engine.settings.waiting_threshold or timedelta(0))
+        where.append(sql.SQL(_reason_sql(engine, f.reason)))
         if f.error_class is not None:
-            error = " AND error_class IS NOT DISTINCT FROM %(error_class)s"
-            params["error_class"] = f.error_class or None
-        stuck = _stuck_sql(waiting, f.workflow_class is not None, f.reason)
-        where.append(sql.SQL("w.id IN (SELECT id FROM (" + stuck
-                             + ") x WHERE reason = %(reason)s" + error + ")"))
+            where.append(sql.SQL("COALESCE(w.attention_error_class, '') = %(error_class)s"))
+            params["error_class"] = f.error_class
     query = sql.SQL("""
         SELECT w.*, s.id AS step_id, s.step_name AS step_step_name, s.attempt AS step_attempt,
                s.status AS step_status, s.scheduled_at AS step_scheduled_at, s.started_at AS step_started_at,
@@ -372,7 +372,7 @@ def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
     """).format(where=sql.SQL(" AND ").join(where))
     with engine.db.connection() as conn, conn.transaction() if f.reason else contextlib.nullcontext():
         if f.reason:
-            conn.execute("SET LOCAL jit = off")  # as in _fetch_stuck
+            conn.execute("SET LOCAL jit = off")  # as in _read
         rows = list(runner._q(conn, query, params).fetchall())  # type: ignore[arg-type]
     cursor = rows[limit - 1]["id"] if len(rows) > limit else None
     return rows[:limit], cursor

@@ -1,7 +1,8 @@
 """The sweep: what no job will do by itself.
 
 Stalled attempts, overdue scheduled steps, expired waits, fan-out children
-lost with their worker, and old terminal runs. One sweeper at a time across
+lost with their worker, old terminal runs, and the count rows of
+``pgbus_run_counts`` folded into one per key. One sweeper at a time across
 every machine (a PostgreSQL advisory lock); each part reads through a
 partial index, so its cost grows with what it finds, not with the tables.
 """
@@ -14,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import runner, states
+from . import attention, runner, states
 from .db import Transaction
 from .engine import Engine
 from .errors import StepStalled, WaitTimedOut, WorkflowNotFound
@@ -72,6 +73,7 @@ class SweepReport:
     children_failed: int = 0
     children_resent: int = 0
     deleted_runs: int = 0
+    counts_folded: int = 0
     errors: list[str] = field(default_factory=list)
 
     def total(self) -> int:
@@ -87,7 +89,7 @@ def sweep(engine: Engine) -> SweepReport:
             return SweepReport(ran=False)
         try:
             report = SweepReport()
-            for part in (_stalled, _overdue, _expired_waits, _lost_children, _retention):
+            for part in (_stalled, _overdue, _expired_waits, _lost_children, _retention, _fold_counts):
                 try:
                     part(engine, report)
                 except Exception as exc:  # one part failing must not stop the others
@@ -247,6 +249,14 @@ def _retention(engine: Engine, report: SweepReport) -> None:
         report.deleted_runs += deleted
         if deleted < DELETE_BATCH:
             return
+
+
+def _fold_counts(engine: Engine, report: SweepReport) -> None:
+    """Fold the +N/-N rows the runs' triggers added to ``pgbus_run_counts`` since the last sweep
+    (after the retention part, so that its deletions are folded in the same sweep). Not a part of
+    ``total()``: it changes no run."""
+    with engine.db.connection() as conn:
+        report.counts_folded += attention.fold(conn)
 
 
 class SweepThread(threading.Thread):
