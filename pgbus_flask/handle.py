@@ -11,10 +11,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from . import orm, payload, runner
+from . import orm, payload, runner, states
 from .engine import Engine
 from .errors import WorkflowNotFound
 from .runner import ResumePlan, Row, SignalResult
@@ -27,6 +28,34 @@ def _uuid(value: Any) -> uuid.UUID:
         return uuid.UUID(str(value))
     except ValueError:
         raise WorkflowNotFound(value) from None
+
+
+#: Attempts and audit events a page of a run shows at once (the newest first; "older" pages the rest).
+PAGE_SIZE = 50
+
+
+@dataclass(frozen=True)
+class Page:
+    """Some rows of a long list, oldest first: the newest ``limit`` older than a cursor.
+
+    ``older`` is the cursor of the page before (the ``before=`` value that shows it), or None when
+    these are the oldest rows.
+    """
+
+    rows: list[Row]
+    older: int | None
+
+
+@dataclass
+class AttemptBucket:
+    """How the attempts of one step that began in one stretch of time ended: ``statuses`` counts
+    their step statuses; ``first`` and ``last`` are when the first began and the last ended."""
+
+    step_name: str
+    index: int
+    statuses: dict[str, int]
+    first: datetime
+    last: datetime
 
 
 class Run:
@@ -118,6 +147,67 @@ class Run:
     def events(self) -> list[Row]:
         """The audit trail, oldest first."""
         return self._rows("SELECT * FROM pgbus_workflow_events WHERE workflow_id = %s ORDER BY id")
+
+    def _page(self, table: str, before: int | None, limit: int) -> Page:
+        """The newest ``limit`` rows of ``table`` for this run with an id below ``before``, oldest first:
+        one range of the ``(workflow_id, id)`` index, however long the run's history."""
+        query = f"SELECT * FROM {table} WHERE workflow_id = %s"  # table: one of two names below
+        params: list[Any] = [self.workflow_id]
+        if before is not None:
+            query += " AND id < %s"
+            params.append(before)
+        with self.engine.db.reading() as conn:
+            rows = list(runner._q(conn, query + " ORDER BY id DESC LIMIT %s", (*params, limit + 1)).fetchall())
+        older = rows[limit - 1]["id"] if len(rows) > limit else None
+        return Page(rows[:limit][::-1], older)
+
+    def steps_page(self, before: int | None = None, limit: int = PAGE_SIZE) -> Page:
+        """The newest ``limit`` attempts (with a step row id below ``before``), oldest first."""
+        return self._page("pgbus_workflow_steps", before, limit)
+
+    def events_page(self, before: int | None = None, limit: int = PAGE_SIZE) -> Page:
+        """The newest ``limit`` audit events (with an id below ``before``), oldest first."""
+        return self._page("pgbus_workflow_events", before, limit)
+
+    def attempt_count(self) -> int:
+        with self.engine.db.reading() as conn:
+            row = conn.execute("SELECT count(*) FROM pgbus_workflow_steps WHERE workflow_id = %s",
+                               (self.workflow_id,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def pause_events(self) -> list[Row]:
+        """The events that start or end a paused stretch (what the timeline draws), oldest first."""
+        with self.engine.db.reading() as conn:
+            return list(runner._q(
+                conn, "SELECT event, created_at FROM pgbus_workflow_events WHERE workflow_id = %s"
+                      " AND event = ANY(%s) ORDER BY id", (self.workflow_id, list(states.PAUSE_EVENTS))).fetchall())
+
+    def attempt_buckets(self, start: datetime, end: datetime, buckets: int) -> list[AttemptBucket]:
+        """The attempts counted by step, stretch of time (``buckets`` equal stretches from ``start`` to
+        ``end``, by when each attempt's row was made) and step status: one aggregate however many
+        attempts there are. In order of each step's first attempt, then of time."""
+        width = max((end - start) / buckets, timedelta(microseconds=1))
+        with self.engine.db.reading() as conn:
+            rows = conn.execute(
+                """
+                SELECT step_name, bucket, status, count(*), min(created_at), max(COALESCE(finished_at, %(end)s)),
+                       min(min(id)) OVER (PARTITION BY step_name) AS first_id
+                FROM (SELECT id, step_name, status, created_at, finished_at,
+                             LEAST(GREATEST(floor(extract(epoch FROM created_at - %(start)s)
+                                                  / extract(epoch FROM %(width)s::interval))::int, 0),
+                                   %(last)s) AS bucket
+                      FROM pgbus_workflow_steps WHERE workflow_id = %(wid)s) a
+                GROUP BY step_name, bucket, status
+                ORDER BY first_id, bucket
+                """,
+                {"wid": self.workflow_id, "start": start, "end": end, "width": width, "last": buckets - 1},
+            ).fetchall()
+        out: dict[tuple[str, int], AttemptBucket] = {}
+        for name, index, status, count, first, last, _ in rows:
+            bucket = out.setdefault((name, index), AttemptBucket(name, index, {}, first, last))
+            bucket.statuses[status] = count
+            bucket.first, bucket.last = min(bucket.first, first), max(bucket.last, last)
+        return list(out.values())
 
     def signals(self) -> list[Row]:
         return self._rows("SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s ORDER BY id")

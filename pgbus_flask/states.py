@@ -23,6 +23,9 @@ EVENTS = (
     "wait_timed_out", "fan_out_opened", "fan_out_finished",
 )
 
+#: The audit events that start (the first) or end (the others) a stretch a run spent paused.
+PAUSE_EVENTS = ("paused", "resumed", "cancelled", "rerun", "step_skipped", "finished")
+
 #: Every outside verb, in the order the dashboard shows them.
 ACTIONS = ("resume", "resume_at", "run_now", "reschedule", "skip", "rerun", "pause", "cancel", "signal")
 

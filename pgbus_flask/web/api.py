@@ -85,6 +85,8 @@ class Api:
         return reply({"runs": runs, "next_before": cursor})
 
     def run(self, workflow_id: str) -> Response:
+        steps_before = inputs.whole_number(request.args.get("steps_before"), "steps_before")
+        events_before = inputs.whole_number(request.args.get("events_before"), "events_before")
         run = Run(self.engine, workflow_id)
         self.pages.sync_clock(run.row["db_now"])
         row = dict(run.row)
@@ -95,6 +97,7 @@ class Api:
         if batch is not None:
             row.update(batch_done=batch["done"], batch_failed=batch["failed"], batch_total=batch["total"])
         plan = run.resume_plan()
+        steps, events = run.steps_page(steps_before), run.events_page(events_before)
         return reply({
             "run": _row(run.row),
             "presentation": _presentation(self.pages.present(row), g.pgbus_now),
@@ -102,8 +105,10 @@ class Api:
             "resume_plan": asdict(plan) if plan else None,
             "definition_outdated": run.definition_outdated,
             "class_loaded": run.class_loaded,
-            "steps": [_row(s) for s in run.steps()],
-            "events": [{**_row(e), "sentence": helpers.audit_sentence(e)} for e in run.events()],
+            "steps": [_row(s) for s in steps.rows],
+            "older_steps": steps.older,
+            "events": [{**_row(e), "sentence": helpers.audit_sentence(e)} for e in events.rows],
+            "older_events": events.older,
             "signals": [_row(s) for s in run.signals()],
             "batches": [_row(b) for b in batches],
             "outputs": run.outputs(),

@@ -2,8 +2,12 @@
 
 A bar is split into segments (waited, queued, waiting, ran ok, ran failed,
 running, cancelled); the intervals the run spent paused get a row of their
-own. Every bar and segment has a ``<title>``; the legend is translated.
-Readable without JavaScript; colours come from CSS classes (light and dark).
+own. A run with more than :data:`MAX_BARS` attempts (a step that polls every
+minute for days) gets one bar per step instead, drawn from an aggregate
+(:func:`render_buckets`): each stretch of time is coloured by how most of the
+attempts that began in it ended. Every bar and segment has a ``<title>``; the
+legend is translated. Readable without JavaScript; colours come from CSS
+classes (light and dark).
 """
 
 from __future__ import annotations
@@ -15,7 +19,10 @@ from typing import Any
 
 from markupsafe import Markup
 
-from .i18n import N_, current_tz, duration, gettext, isolated
+from .. import states
+from ..handle import AttemptBucket
+from .helpers import STEP_STATUS_LABELS
+from .i18n import N_, current_tz, duration, gettext, isolated, ngettext
 
 SERIES = ("waited", "queued", "waiting", "paused", "ran_ok", "ran_failed", "running", "cancelled")
 SERIES_LABELS = {
@@ -27,6 +34,15 @@ SERIES_LABELS = {
 #: The series an attempt's last stretch is drawn in, by its step status.
 FINAL_SERIES = {"completed": "ran_ok", "failed": "ran_failed", "in_progress": "running", "cancelled": "cancelled",
                 "skipped": "cancelled"}
+
+#: The series a step status is drawn in, in the order that wins a tie in a stretch of the aggregate.
+STATUS_SERIES = {"in_progress": "running", "failed": "ran_failed", "waiting": "waiting", "scheduled": "queued",
+                 "completed": "ran_ok", "cancelled": "cancelled", "skipped": "cancelled"}
+
+#: Up to this many attempts, one bar each; beyond, one bar per step drawn from an aggregate.
+MAX_BARS = 40
+#: The stretches of time an aggregate bar is cut into.
+BUCKETS = 60
 
 WIDTH = 760
 LABEL_W = 170
@@ -100,7 +116,7 @@ def paused_intervals(events: Sequence[Mapping[str, Any]], now: datetime) -> list
         kind = event["event"]
         if kind == "paused" and since is None:
             since = _aware(event["created_at"])
-        elif kind in ("resumed", "cancelled", "rerun", "step_skipped", "finished") and since is not None:
+        elif kind in states.PAUSE_EVENTS[1:] and since is not None:
             out.append(Segment("paused", since, _aware(event["created_at"])))
             since = None
     if since is not None:
@@ -113,26 +129,90 @@ def _clock(moment: datetime, tenths: bool = False) -> str:
     return local.strftime("%H:%M:%S") + (f".{local.microsecond // 100_000}" if tenths else "")
 
 
+#: One drawn bar: its label, and its segments as (series, start, end, tooltip).
+Bar = tuple[str, list[tuple[str, datetime, datetime, str]]]
+
+
+def _tip(name: str, seg: Segment) -> str:
+    seconds = (seg.end - seg.start).total_seconds()
+    return (f"{name}: {gettext(SERIES_LABELS[seg.series])}, {duration(seconds)} "
+            f"({_clock(seg.start)}–{_clock(seg.end)})")
+
+
+def _bars(rows: Sequence[tuple[str, Sequence[Segment]]]) -> list[Bar]:
+    return [(name, [(seg.series, seg.start, seg.end, _tip(name, seg)) for seg in segments]) for name, segments in rows]
+
+
 def render(steps: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]], now: datetime) -> Markup:
-    """The chart as an ``<svg>`` element followed by its legend (an empty string for no attempts)."""
+    """The chart as an ``<svg>`` element followed by its legend (an empty string for no attempts):
+    one bar per attempt of ``steps``, and the paused stretches the ``events`` show."""
     if not steps:
         return Markup("")
     now = _aware(now)
-    rows: list[tuple[str, str, list[Segment]]] = [
-        (f"{isolated(s['step_name'])} #{s['attempt']}", str(s["status"]), attempt_segments(s, now)) for s in steps
+    rows: list[tuple[str, Sequence[Segment]]] = [
+        (f"{isolated(s['step_name'])} #{s['attempt']}", attempt_segments(s, now)) for s in steps
     ]
     paused = paused_intervals(events, now)
     if paused:
-        rows.append((gettext(SERIES_LABELS["paused"]), "paused", paused))
-    moments = [m for _, _, segs in rows for seg in segs for m in (seg.start, seg.end)]
-    t0, t1 = min(moments), max(moments)
+        rows.append((gettext(SERIES_LABELS["paused"]), paused))
+    return _chart(_bars(rows))
+
+
+def bucket_series(statuses: Mapping[str, int]) -> str:
+    """The series of a stretch: the step status most of its attempts have (ties: the first in
+    :data:`STATUS_SERIES`, so a running or failed attempt is not hidden by an equal number of others)."""
+    order = list(STATUS_SERIES)
+    status = max(statuses, key=lambda s: (statuses[s], -order.index(s) if s in order else -len(order)))
+    return STATUS_SERIES.get(status, "ran_ok")
+
+
+def render_buckets(buckets: Sequence[AttemptBucket], events: Sequence[Mapping[str, Any]], start: datetime,
+                   end: datetime, stretches: int = BUCKETS) -> Markup:
+    """The chart of a run with many attempts: one bar per step, cut into ``stretches`` equal stretches
+    of time from ``start`` to ``end`` (:meth:`pgbus_flask.handle.Run.attempt_buckets`), each
+    coloured by :func:`bucket_series`, with the paused stretches the ``events`` show."""
+    if not buckets:
+        return Markup("")
+    start, end = _aware(start), _aware(end)
+    width = (end - start) / stretches
+    rows: dict[str, list[tuple[str, datetime, datetime, str]]] = {}
+    labels = {status: gettext(label) for status, label in STEP_STATUS_LABELS.items()}
+    for b in buckets:
+        name = isolated(b.step_name)
+        total = sum(b.statuses.values())
+        counts = ", ".join(f"{labels.get(status, status)}: {n}" for status, n in
+                           sorted(b.statuses.items(), key=lambda item: -item[1]))
+        tip = (f"{name}: {ngettext('%(num)d attempt', '%(num)d attempts', total)} ({counts}), "
+               f"{_clock(_aware(b.first))}–{_clock(_aware(b.last))}")
+        lo = start + width * b.index
+        rows.setdefault(name, []).append((bucket_series(b.statuses), lo, lo + width, tip))
+    bars: list[Bar] = list(rows.items())
+    paused = paused_intervals(events, end)
+    if paused:
+        bars += _bars([(gettext(SERIES_LABELS["paused"]), paused)])
+    attempts = sum(sum(b.statuses.values()) for b in buckets)
+    caption = ngettext("%(num)d attempt in all: each stretch of a bar shows how most of the attempts that began "
+                       "in it ended.",
+                       "%(num)d attempts in all: each stretch of a bar shows how most of the attempts that began "
+                       "in it ended.", attempts)
+    return _chart(bars, (start, end)) + Markup('<p class="muted small" data-testid="timeline-aggregate">%s</p>'
+                                               ) % caption
+
+
+def _chart(bars: Sequence[Bar], span_of: tuple[datetime, datetime] | None = None) -> Markup:
+    """Bars on a shared time axis (from the earliest to the latest moment drawn, or ``span_of``)."""
+    if span_of is not None:
+        t0, t1 = span_of
+    else:
+        moments = [m for _, segs in bars for seg in segs for m in (seg[1], seg[2])]
+        t0, t1 = min(moments), max(moments)
     span = max((t1 - t0).total_seconds(), 1.0)
     plot_w = WIDTH - LABEL_W - 10
 
     def x(moment: datetime) -> float:
         return LABEL_W + (moment - t0).total_seconds() / span * plot_w
 
-    height = AXIS_H + ROW_H * len(rows) + 6
+    height = AXIS_H + ROW_H * len(bars) + 6
     title = gettext("Timeline of the run's attempts")
     parts = [Markup('<svg class="pgbus-timeline" data-testid="timeline" role="img" viewBox="0 0 %d %d" '
                     'width="100%%" xmlns="http://www.w3.org/2000/svg"><title>%s</title>') % (WIDTH, height, title)]
@@ -143,17 +223,14 @@ def render(steps: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any
         parts.append(Markup('<line class="tl-grid" x1="%.1f" x2="%.1f" y1="%d" y2="%d"/>'
                             '<text class="tl-tick" x="%.1f" y="14" text-anchor="%s">%s</text>')
                      % (tx, tx, AXIS_H - 4, height, tx, anchor, _clock(moment, tenths=span < 10)))
-    for index, (name, _status, segments) in enumerate(rows):
+    for index, (name, segments) in enumerate(bars):
         y = AXIS_H + index * ROW_H
         parts.append(Markup('<g class="tl-row" data-testid="timeline-bar"><title>%s</title>'
                             '<text class="tl-label" x="4" y="%d">%s</text>') % (name, y + BAR_H - 2, name))
-        for seg in segments:
-            seconds = (seg.end - seg.start).total_seconds()
-            width = max(x(seg.end) - x(seg.start), 2.0)
-            tip = (f"{name}: {gettext(SERIES_LABELS[seg.series])}, {duration(seconds)} "
-                   f"({_clock(seg.start)}–{_clock(seg.end)})")
+        for series, start, end, tip in segments:
+            width = max(x(end) - x(start), 2.0)
             parts.append(Markup('<rect class="tl-%s" x="%.1f" y="%d" width="%.1f" height="%d" rx="2">'
-                                '<title>%s</title></rect>') % (seg.series, x(seg.start), y, width, BAR_H, tip))
+                                '<title>%s</title></rect>') % (series, x(start), y, width, BAR_H, tip))
         parts.append(Markup("</g>"))
     parts.append(Markup("</svg>"))
     legend = [Markup('<ul class="pgbus-legend" data-testid="timeline-legend">')]

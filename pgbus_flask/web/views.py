@@ -24,11 +24,12 @@ from ..errors import (
     SubjectConflict,
     WorkflowNotFound,
 )
-from ..handle import Run
+from ..handle import Page, Run
 from ..workflow import Workflow, registry
 from . import helpers, inputs, notices
 from .i18n import bdi, gettext, markup, ugettext
 from .presenter import Presentation, present
+from .timeline import BUCKETS, MAX_BARS, render_buckets
 from .timeline import render as render_timeline
 
 FILTERS = ("workflow_class", "status", "step", "reason", "error_class", "subject", "text")
@@ -142,11 +143,26 @@ class Pages:
     def load(self, workflow_id: str) -> Run:
         return Run(self.engine, workflow_id)
 
+    def timeline(self, run: Run, steps: Page, complete: bool) -> Markup:
+        """The run's timeline: a bar per attempt (``steps`` when ``complete``, else read again) up to
+        ``MAX_BARS`` attempts, beyond that a bar per step drawn from an aggregate."""
+        rows = steps.rows if complete else None
+        if rows is None and run.attempt_count() <= MAX_BARS:
+            rows = run.steps()
+        if rows is not None and len(rows) <= MAX_BARS:
+            return render_timeline(rows, run.pause_events(), g.pgbus_now)
+        end = run.row["finished_at"] or g.pgbus_now
+        return render_buckets(run.attempt_buckets(run.row["created_at"], end, BUCKETS), run.pause_events(),
+                              run.row["created_at"], end)
+
     def run_page(self, workflow_id: str, *, error: str | Markup | None = None, status: int = 200,
                  form: Mapping[str, str] | None = None) -> tuple[str, int]:
+        steps_before = inputs.whole_number(request.args.get("steps_before"), "steps_before")
+        events_before = inputs.whole_number(request.args.get("events_before"), "events_before")
         run = self.load(workflow_id)
         self.sync_clock(run.row["db_now"])
-        steps, events, signals, batches = run.steps(), run.events(), run.signals(), run.batches()
+        steps, events = run.steps_page(steps_before), run.events_page(events_before)
+        signals, batches = run.signals(), run.batches()
         row = dict(run.row)
         row["latest_step"] = run.latest_step
         latest = run.latest_step or {}
@@ -159,14 +175,17 @@ class Pages:
         attempts = [
             {"row": s, "seconds": ((s["finished_at"] or g.pgbus_now) - s["started_at"]).total_seconds()
              if s["started_at"] else None}
-            for s in steps
+            for s in steps.rows
         ]
         notice = notices.take("action", "signal", run=str(run.workflow_id))
+        pages = {"steps_before": steps_before, "events_before": events_before,
+                 "older_steps": steps.older, "older_events": events.older}
         return render(
             "pgbus/run.html", run=run, row=row, p=self.present(row), subject=self.subject(row), plan=plan,
             resume_label=helpers.resume_label(plan), actions=actions,
-            step_names=[s.name for s in klass.steps] if klass else [], attempts=attempts, events=events,
-            signals=signals, batches=batches, timeline=render_timeline(steps, events, g.pgbus_now),
+            step_names=[s.name for s in klass.steps] if klass else [], attempts=attempts, events=events.rows,
+            pages=pages, signals=signals, batches=batches,
+            timeline=self.timeline(run, steps, steps_before is None and steps.older is None),
             arguments=pretty(run.arguments), outputs=pretty(run.outputs()), error=error, form=form or {},
             notice=notice, signal_allowed="signal" in run.available_actions,
             confirms={a: helpers.action_confirm(a, run.workflow_class, run.current_step, helpers.TEXT)
