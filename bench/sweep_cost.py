@@ -187,8 +187,9 @@ def explain(url: str, query: str, params: Any, settings: list[str] | None = None
     return "\n".join("    " + r[0] for r in rows)
 
 
-def seed(server_url: str, n: int) -> str:
-    name = f"{DB_PREFIX}_{n}"
+def seed(server_url: str, n: int, name: str | None = None) -> str:
+    """Seed database ``name`` (default ``pgbus_bench_sweep_N``) with ``SEED`` for ``n`` ongoing runs."""
+    name = name or f"{DB_PREFIX}_{n}"
     url = create_database(server_url, name)
     t = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:

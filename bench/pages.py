@@ -1,0 +1,271 @@
+"""Every dashboard page and JSON read at 1,000,000 runs, timed through Flask's test client.
+
+    python -m bench.pages                                  # 1,000,000 ongoing runs (about 10 min, 2.5 GB)
+    python -m bench.pages --runs 100000 --repeat 20        # a quicker look
+    python -m bench.pages --keep ... / --reuse ...         # keep the seeded database / time a kept one again
+
+It seeds ``bench.sweep_cost``'s runs (N ongoing: 40% waiting, 30% ready, 20%
+paused on a failed step, 10% running; N/2 finished), plus one run with 3,000
+attempts and 20,000 audit events (a step that polls every minute for two
+days: 2,999 attempts failed and reattempted, the 3,000th scheduled), then
+VACUUM ANALYZE. A Flask app with ``PgBus`` (``PGBUS_IMPORT=tests.workflows``,
+waiting threshold one day, as in ``bench.sweep_cost``) serves the dashboard;
+every page and JSON read is requested ``--repeat`` times after two warm-up
+requests, and its p50 / p95 / size are printed: the overview, the runs list
+with each filter and its second page, needs attention, one group's ids, a run
+page (a seeded paused run, and the big run), a batch page. Then the sweep with
+nothing to do (``sweep.sweep(engine)``), and, as a reference, the stuck reads
+with a 5-minute waiting threshold (every waiting run without a batch is then
+overdue: 39% of the ongoing runs need a person). Its database is dropped at
+the end unless ``--keep``. Timings are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, db_url, drop_database, pct
+from bench.sweep_cost import seed
+
+DB_NAME = "pgbus_bench_pages_{n}"
+BIG_RUN = "md5('big')::uuid"
+
+# One run whose step polls every minute for two days: 3,000 attempts of s3, 20,000 audit events.
+BIG_SEED = f"""
+INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, definition_digest, started_by,
+                             created_at, updated_at)
+VALUES ({BIG_RUN}, 'FiveNoop', 'ready', 's3', 'bench', 'bench', now() - interval '3001 minutes', now());
+
+INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status, scheduled_at,
+                                  enqueued_at, started_at, finished_at, outcome, output, created_at)
+SELECT {BIG_RUN}, 'FiveNoop', 's' || k, 1, 'completed', now() - interval '3001 minutes',
+       now() - interval '3001 minutes', now() - interval '3001 minutes', now() - interval '3001 minutes',
+       'completed', 'null'::jsonb, now() - interval '3001 minutes'
+FROM generate_series(1, 2) k;
+
+INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status, scheduled_at,
+                                  enqueued_at, job_id, started_at, stall_at, finished_at, outcome, error_class,
+                                  error_message, worker, created_at)
+SELECT {BIG_RUN}, 'FiveNoop', 's3', k, CASE WHEN k < 3000 THEN 'failed' ELSE 'scheduled' END,
+       now() - make_interval(mins => 2999 - k), now() - make_interval(mins => 2999 - k), 'big-' || k,
+       CASE WHEN k < 3000 THEN now() - make_interval(mins => 3000 - k) + interval '1 second' END,
+       CASE WHEN k < 3000 THEN now() - make_interval(mins => 3000 - k) + interval '301 seconds' END,
+       CASE WHEN k < 3000 THEN now() - make_interval(mins => 3000 - k) + interval '3 seconds' END,
+       CASE WHEN k < 3000 THEN 'reattempted' END,
+       CASE WHEN k < 3000 THEN 'TimeoutError' END,
+       CASE WHEN k < 3000 THEN 'the report is not ready yet (poll ' || k || ')' END,
+       CASE WHEN k < 3000 THEN 'bench-host:4242' END,
+       now() - make_interval(mins => 3000 - k)
+FROM generate_series(1, 3000) k;
+
+INSERT INTO pgbus_workflow_events (workflow_id, event, actor, step_id, step_name, attempt, details, created_at)
+SELECT s.workflow_id, e.event, CASE WHEN s.attempt = 1 AND s.step_name = 's1' AND e.event = 'started'
+                                    THEN 'bench' ELSE 'system' END,
+       CASE WHEN e.event = 'started' THEN NULL ELSE s.id END, s.step_name, s.attempt,
+       CASE WHEN e.event = 'step_failed'
+            THEN jsonb_build_object('error_class', s.error_class, 'error_message', s.error_message)
+            WHEN e.event = 'step_reattempted' THEN jsonb_build_object('wait', 60) ELSE '{{}}'::jsonb END,
+       s.created_at + e.after
+FROM pgbus_workflow_steps s
+CROSS JOIN (VALUES (0, 'started', interval '0'), (1, 'step_scheduled', interval '0'),
+                   (2, 'step_started', interval '1 second'), (3, 'step_completed', interval '3 seconds'),
+                   (4, 'step_failed', interval '3 seconds'), (5, 'step_reattempted', interval '3 seconds'))
+           AS e(n, event, after)
+WHERE s.workflow_id = {BIG_RUN}
+  AND CASE e.event WHEN 'started' THEN s.step_name = 's1'
+                   WHEN 'step_scheduled' THEN TRUE
+                   WHEN 'step_completed' THEN s.status = 'completed'
+                   ELSE s.status = 'failed' END
+ORDER BY s.id, e.n;
+
+-- The rest of the 20,000: signals the poller was sent along the way.
+INSERT INTO pgbus_workflow_events (workflow_id, event, actor, details, created_at)
+SELECT {BIG_RUN}, 'signal_received', 'app', jsonb_build_object('signal', 'report_progress', 'signal_id', i),
+       now() - interval '3000 minutes' + i * (interval '3000 minutes' / 20000)
+FROM generate_series(1, 20000 - (SELECT count(*) FROM pgbus_workflow_events WHERE workflow_id = {BIG_RUN})) i;
+"""
+
+
+@dataclass
+class Figure:
+    name: str
+    p50: float
+    p95: float
+    status: int | None = None
+    size: int | None = None
+
+
+def timed(name: str, fn: Callable[[], Any], repeat: int) -> Figure:
+    """p50 and p95 of ``repeat`` calls after two warm-up calls; a response's status and size."""
+    result = None
+    for _ in range(2):
+        result = fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t)
+    status = getattr(result, "status_code", None)
+    size = len(result.get_data()) if hasattr(result, "get_data") else None
+    return Figure(name, pct(times, 50), pct(times, 95), status, size)
+
+
+def prepare(args: argparse.Namespace) -> str:
+    name = DB_NAME.format(n=args.runs)
+    if args.reuse:
+        url = db_url(args.server_url, name)
+        with psycopg.connect(url) as conn:
+            conn.execute("SELECT 1 FROM pgbus_workflows LIMIT 1")
+        print(f"  reusing {name}", flush=True)
+        return url
+    url = seed(args.server_url, args.runs, name)
+    t = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn:
+        with conn.transaction():
+            conn.execute(BIG_SEED.encode())
+        conn.execute("VACUUM ANALYZE")
+    print(f"  seeded the run with 3,000 attempts and 20,000 events in {time.perf_counter() - t:.1f} s", flush=True)
+    return url
+
+
+def targets(url: str) -> dict[str, Any]:
+    """Ids the pages are asked for: a paused run, the big run, a batch, a runs page cursor, a group."""
+    with psycopg.connect(url) as conn:
+        paused = conn.execute("SELECT workflow_id FROM pgbus_workflows WHERE workflow_id = md5('run7')::uuid"
+                              ).fetchone()[0]  # type: ignore[index]
+        big = conn.execute(f"SELECT {BIG_RUN}").fetchone()[0]  # type: ignore[index]
+        batch = conn.execute("SELECT min(id) FROM pgbus_batches").fetchone()[0]  # type: ignore[index]
+        middle = conn.execute("SELECT (min(id) + max(id)) / 2 FROM pgbus_workflows").fetchone()[0]  # type: ignore[index]
+    return {"paused": paused, "big": big, "batch": batch, "middle": middle}
+
+
+def measure(args: argparse.Namespace, url: str) -> list[Figure]:
+    from flask import Flask
+
+    from pgbus_flask import PgBus, queries, sweep
+
+    app = Flask("bench_pages")
+    app.config.update(TESTING=True, SECRET_KEY="bench", PGBUS_DATABASE_URL=url, PGBUS_REDIS_URL=args.redis_url,
+                      PGBUS_IMPORT="tests.workflows", PGBUS_WAITING_THRESHOLD=86400)
+    PgBus(app)
+    engine = app.extensions["pgbus"]
+    client = app.test_client()
+    ids = targets(url)
+    group = max(queries.attention_groups(engine), key=lambda g: g.count)
+    smallest = min(queries.attention_groups(engine), key=lambda g: g.count)
+
+    def page(path: str) -> Callable[[], Any]:
+        return lambda: client.get(path)
+
+    group_query = (f"workflow_class={group.workflow_class}&reason={group.reason}&step={group.step_name}"
+                   f"&error_class={group.error_class or ''}")
+    pages: list[tuple[str, str]] = [
+        ("overview", "/pgbus/"),
+        ("api overview", "/pgbus/api/overview"),
+        ("runs", "/pgbus/runs"),
+        ("runs, second page", f"/pgbus/runs?before={ids['middle']}"),
+        ("runs, class", "/pgbus/runs?workflow_class=ThreeSteps"),
+        ("runs, status paused", "/pgbus/runs?status=paused"),
+        ("runs, status running", "/pgbus/runs?status=running"),
+        ("runs, status cancelled (none)", "/pgbus/runs?status=cancelled"),
+        ("runs, class and status", "/pgbus/runs?workflow_class=WaitsForPayment&status=ready"),
+        ("runs, step", "/pgbus/runs?step=s3"),
+        ("runs, step (none)", "/pgbus/runs?step=nowhere"),
+        ("runs, reason stalled", "/pgbus/runs?reason=stalled"),
+        ("runs, reason paused_error", "/pgbus/runs?reason=paused_error"),
+        ("runs, reason paused_manual (none)", "/pgbus/runs?reason=paused_manual"),
+        ("runs, reason overdue (none)", "/pgbus/runs?reason=overdue"),
+        ("runs, reason waiting_overdue (none)", "/pgbus/runs?reason=waiting_overdue"),
+        ("runs, one attention group", f"/pgbus/runs?{group_query}"),
+        ("runs, subject", "/pgbus/runs?subject=Order%201042"),
+        ("runs, text: run id prefix", f"/pgbus/runs?text={str(ids['paused'])[:8]}"),
+        ("runs, text: subject (none)", "/pgbus/runs?text=Order%201042"),
+        ("api runs", "/pgbus/api/runs"),
+        ("api runs, reason paused_error", "/pgbus/api/runs?reason=paused_error"),
+        ("api runs, status cancelled (none)", "/pgbus/api/runs?status=cancelled"),
+        ("attention", "/pgbus/attention"),
+        ("api attention", "/pgbus/api/attention"),
+        ("run page (paused run)", f"/pgbus/runs/{ids['paused']}"),
+        ("api run (paused run)", f"/pgbus/api/runs/{ids['paused']}"),
+        ("run page (3,000 attempts)", f"/pgbus/runs/{ids['big']}"),
+        ("api run (3,000 attempts)", f"/pgbus/api/runs/{ids['big']}"),
+        ("batch page", f"/pgbus/batches/{ids['batch']}"),
+        ("api batch", f"/pgbus/api/batches/{ids['batch']}"),
+    ]
+    if args.only:
+        pages = [p for p in pages if any(word in p[0] for word in args.only.split(","))]
+    figures = []
+    for name, path in pages:
+        figure = timed(name, page(path), args.repeat)
+        figures.append(figure)
+        print(f"  {name:<44}{figure.p50 * 1000:>9.1f}{figure.p95 * 1000:>9.1f} ms"
+              f"{figure.status:>6}{(figure.size or 0) / 1024:>10.1f} KiB", flush=True)
+    reads: list[tuple[str, Callable[[], Any]]] = [
+        ("queries.attention_ids (biggest group)", lambda: queries.attention_ids(
+            engine, group.workflow_class, group.step_name, group.reason, group.error_class)),
+        ("queries.attention_ids (smallest group)", lambda: queries.attention_ids(
+            engine, smallest.workflow_class, smallest.step_name, smallest.reason, smallest.error_class)),
+        ("sweep, nothing to do", lambda: sweep.sweep(engine)),
+    ]
+    report = sweep.sweep(engine)
+    assert report.ran and report.total() == 0, report
+    for name, fn in reads:
+        figure = timed(name, fn, args.repeat)
+        figures.append(figure)
+        print(f"  {name:<44}{figure.p50 * 1000:>9.1f}{figure.p95 * 1000:>9.1f} ms", flush=True)
+
+    # Reference: the stuck reads when every waiting run without a batch is overdue.
+    from pgbus_flask.config import Settings
+    from pgbus_flask.engine import Engine
+
+    overdue = Engine(Settings.load({"PGBUS_DATABASE_URL": url, "PGBUS_REDIS_URL": args.redis_url,
+                                    "PGBUS_WAITING_THRESHOLD": 300}))
+    try:
+        for name, fn in [
+            ("stuck_reason_counts, 39% waiting_overdue", lambda: queries.stuck_reason_counts(overdue)),
+            ("attention_groups, 39% waiting_overdue", lambda: queries.attention_groups(overdue)),
+            ("list_runs(reason=waiting_overdue), 39%", lambda: queries.list_runs(
+                overdue, queries.RunFilter(reason="waiting_overdue"))),
+        ]:
+            figure = timed(name, fn, max(3, args.repeat // 4))
+            figures.append(figure)
+            print(f"  {name:<44}{figure.p50 * 1000:>9.1f}{figure.p95 * 1000:>9.1f} ms", flush=True)
+    finally:
+        overdue.close()
+        app.extensions["pgbus"].close()
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=1_000_000, help="ongoing runs to seed (plus half as many "
+                                                                       "finished ones)")
+    parser.add_argument("--repeat", type=int, default=30, help="timed requests per page (after two warm-ups)")
+    parser.add_argument("--only", help="time only the pages whose name contains one of these comma-separated words")
+    parser.add_argument("--server-url", default=DEFAULT_SERVER)
+    parser.add_argument("--redis-url", default=DEFAULT_REDIS, help="only for the engine's settings (not used)")
+    parser.add_argument("--keep", action="store_true", help="keep the seeded database")
+    parser.add_argument("--reuse", action="store_true", help="time a database kept by an earlier --keep")
+    args = parser.parse_args(argv)
+    print(f"bench.pages: {args.runs:,} ongoing runs, {args.repeat} requests a page,"
+          f" {datetime.now().astimezone().isoformat(timespec='seconds')}", flush=True)
+    try:
+        url = prepare(args)
+        print(f"\n  {'page or read':<44}{'p50':>9}{'p95':>9}    {'HTTP':>6}{'size':>14}", flush=True)
+        measure(args, url)
+    finally:
+        if not args.keep:
+            drop_database(args.server_url, DB_NAME.format(n=args.runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
