@@ -74,11 +74,10 @@ _KEY = """workflow_class, status,
        CASE WHEN status = 'paused' THEN COALESCE(attention_reason, '') ELSE '' END,
        CASE WHEN status = 'paused' THEN COALESCE(attention_error_class, '') ELSE '' END"""
 
-#: Count every run again from scratch (after writing rows by hand with the triggers' help or without).
+#: Count every run again from scratch (after the count triggers were off, or rows were copied in).
 RECOUNT = f"""
-    DELETE FROM pgbus_run_counts;
     INSERT INTO pgbus_run_counts (workflow_class, status, step, attention_reason, error_class, runs)
-    SELECT {_KEY}, count(*) FROM pgbus_workflows GROUP BY 1, 2, 3, 4, 5;
+    SELECT {_KEY}, count(*) FROM pgbus_workflows GROUP BY 1, 2, 3, 4, 5
 """
 
 #: One row per key for every key with several: the sum of their runs (none when it is 0). Rows added
@@ -104,11 +103,18 @@ def refresh(conn: Connection[Any], workflow_ids: list[Any]) -> None:
     conn.execute(REFRESH, (workflow_ids,))
 
 
+def refresh_all(conn: Connection[Any]) -> int:
+    """Refresh every run's attention columns from its row and latest step: for rows written without
+    the runner (a seed, a hand-made fix, a test moving stored times into the past). The count
+    triggers follow. The number of runs whose columns changed."""
+    return conn.execute(REFRESH_ALL).rowcount
+
+
 def rebuild(conn: Connection[Any]) -> None:
-    """Refresh every run's attention columns and count every run again, in one transaction: for rows
-    written without the runner (a seed, a hand-made fix)."""
+    """Refresh every run's attention columns and count every run again, in one transaction."""
     with conn.transaction():
         conn.execute(REFRESH_ALL)
+        conn.execute("DELETE FROM pgbus_run_counts")
         conn.execute(RECOUNT)
 
 

@@ -38,6 +38,11 @@ After every rule it checks, over every run in the database:
   other ongoing run moves on by itself: its scheduled step has a job in Redis
   (unless the test lost it), its signal wait has no pending signal it could
   take, its open batch has a job for each pending child, and no job crashed;
+* what a person must see is stored right: each run's attention columns (the
+  stuck reason it has or will have once its time passes, since when, its latest
+  step and that step's error class) are what its row and latest step say now,
+  and ``pgbus_run_counts`` sums to the runs by class and status (paused ones by
+  attention group);
 * signals and batches are consistent (claimed and consumed ones name a step of
   the run, at most one claimed per step; batch counts match their children).
 
@@ -78,7 +83,17 @@ from rq import SimpleWorker
 from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry
 
-from pgbus_flask import ActionNotAllowed, PgbusError, StepNotDefined, SubjectConflict, payload, queries, runner, states
+from pgbus_flask import (
+    ActionNotAllowed,
+    PgbusError,
+    StepNotDefined,
+    SubjectConflict,
+    attention,
+    payload,
+    queries,
+    runner,
+    states,
+)
 from pgbus_flask.engine import Engine
 from pgbus_flask.handle import Run
 from pgbus_flask.jobs import run_child, run_step
@@ -178,6 +193,9 @@ class World:
             self.batches: list[Row] = cur.execute("SELECT * FROM pgbus_batches ORDER BY id").fetchall()
             self.children: list[Row] = cur.execute(
                 "SELECT * FROM pgbus_batch_children ORDER BY batch_id, position").fetchall()
+            self.counts: list[Row] = cur.execute(
+                "SELECT workflow_class, status, step, attention_reason, error_class, sum(runs) AS runs"
+                " FROM pgbus_run_counts GROUP BY 1, 2, 3, 4, 5 HAVING sum(runs) <> 0").fetchall()
         self.steps_of: dict[Any, list[Row]] = {r["workflow_id"]: [] for r in self.runs}
         for s in self.steps:
             self.steps_of[s["workflow_id"]].append(s)
@@ -258,6 +276,44 @@ def expected_stuck(world: World, engine: Engine) -> set[tuple[Any, str, str]]:
               and latest["waiting_since"] < world.now - waiting):
             found.add((wid, "waiting_overdue", latest["step_name"]))
     return found
+
+
+def expected_attention(run: Row, latest: Row) -> tuple[Any, ...]:
+    """(reason, since, step id, error class) a run's attention columns must hold, from its row and
+    latest step: the stuck reason it has, or will have once ``since`` is older than its threshold."""
+    status = run["status"]
+    reason, since = None, None
+    if status == "paused":
+        since = run["paused_at"]
+        if latest["status"] == "failed" and latest["error_class"] == states.STALLED_ERROR:
+            reason = "stalled"
+        elif latest["status"] == "failed" and latest["error_class"] is not None:
+            reason = "paused_error"
+        else:
+            reason = "paused_manual"
+    elif status == "ready" and latest["status"] == "scheduled":
+        reason, since = "overdue", latest["scheduled_at"]
+    elif (status == "waiting" and latest["status"] == "waiting" and latest["timeout_at"] is None
+          and latest["batch_id"] is None):
+        reason, since = "waiting_overdue", latest["waiting_since"]
+    if reason is None:
+        return (None, None, None, None)
+    return (reason, since, latest["id"], latest["error_class"])
+
+
+def stored_attention(run: Row) -> tuple[Any, ...]:
+    return (run["attention_reason"], run["attention_since"], run["attention_step_id"], run["attention_error_class"])
+
+
+def expected_counts(world: World) -> Counter[tuple[str, ...]]:
+    """Runs by class and status, paused ones also by (current step, stuck reason, error class or '')."""
+    counts: Counter[tuple[str, ...]] = Counter()
+    for run in world.runs:
+        paused = run["status"] == "paused"
+        counts[(run["workflow_class"], run["status"], run["current_step"] if paused else "",
+                (run["attention_reason"] or "") if paused else "",
+                (run["attention_error_class"] or "") if paused else "")] += 1
+    return counts
 
 
 def job_statuses(engine: Engine, ids: list[str]) -> dict[str, Any]:
@@ -433,6 +489,8 @@ class EngineModel(RuleBasedStateMachine):
         wid = self.pick(i)
         with self.engine.db.connection() as conn:
             conn.execute(statement, {"wid": wid})
+            # The run's stored copy of the time moves with it, as if the time had passed.
+            attention.refresh(conn, [wid])
             if what == "due_long_ago":
                 conn.execute("UPDATE pgbus_batch_children SET enqueued_at = enqueued_at - interval '1 day'"
                              " WHERE status = 'pending' AND batch_id IN"
@@ -594,6 +652,7 @@ class EngineModel(RuleBasedStateMachine):
             where = f"run {run['workflow_id']} ({run['workflow_class']})"
             problems += [f"{where}: {p}" for p in self.run_problems(world, run)]
         problems += self.signal_and_batch_problems(world)
+        problems += self.stored_attention_problems(world)
         problems += self.attention_problems(world)
         problems += self.job_problems(world)
         assert not problems, "\n".join(problems)
@@ -718,6 +777,23 @@ class EngineModel(RuleBasedStateMachine):
                 problems.append(f"batch {batch['id']} open but its step is {step['status']}")
             if step["status"] == "waiting" and step["batch_id"] == batch["id"] and batch["status"] != "open":
                 problems.append(f"step {step['id']} waits on batch {batch['id']}, which is finished")
+        return problems
+
+    @staticmethod
+    def stored_attention_problems(world: World) -> list[str]:
+        """The attention columns agree with the run's row and latest step; the counts with the runs."""
+        problems: list[str] = []
+        for run in world.runs:
+            latest = world.latest(run)
+            assert latest is not None
+            want, have = expected_attention(run, latest), stored_attention(run)
+            if have != want:
+                problems.append(f"run {run['workflow_id']} ({run['status']}, latest step {latest['step_name']} "
+                                f"#{latest['attempt']} {latest['status']}) stores attention {have}, not {want}")
+        stored = {tuple(r[k] for k in ("workflow_class", "status", "step", "attention_reason", "error_class")):
+                  r["runs"] for r in world.counts}
+        if stored != dict(expected_counts(world)):
+            problems.append(f"pgbus_run_counts says {stored}, the runs say {dict(expected_counts(world))}")
         return problems
 
     def attention_problems(self, world: World) -> list[str]:

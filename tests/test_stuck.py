@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgbus_flask import queries, runner
+from pgbus_flask import attention, queries, runner
 from pgbus_flask.engine import Engine
 from pgbus_flask.sweep import SWEEP_LOCK, sweep
 
@@ -13,8 +13,11 @@ from .workflows import FailsUntil, Sleeps, ThreeSteps, WaitsForever
 
 
 def sql(engine: Engine, statement: str, *params: object) -> None:
+    """One statement by hand (time moved into the past), with the runs' attention columns brought up
+    to date as the runner would keep them."""
     with engine.db.connection() as conn:
         conn.execute(statement, params)  # type: ignore[arg-type]
+        attention.refresh_all(conn)
 
 
 def stall(engine: Engine) -> list[object]:

@@ -10,6 +10,7 @@ import psycopg
 from flask import Flask
 from flask.testing import FlaskClient
 
+from pgbus_flask import attention
 from pgbus_flask.engine import Engine
 
 
@@ -24,11 +25,13 @@ def engine_of(app: Flask) -> Engine:
 
 
 def sql(app: Flask, query: str, *params: Any) -> None:
-    """Run one statement on the test database (for states only time can bring, such as overdue)."""
+    """Run one statement on the test database (for states only time can bring, such as overdue), then
+    bring the runs' attention columns up to date with it, as if the runner had written it."""
     url = engine_of(app).settings.database_url
     assert url
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(query.encode(), params)
+        attention.refresh_all(conn)
 
 
 def csrf(client: FlaskClient, page: str = "/pgbus/") -> str:

@@ -1,4 +1,10 @@
-"""Rows, locks and audit events: the guarded UPDATEs every transition is made of."""
+"""Rows, locks and audit events: the guarded UPDATEs every transition is made of.
+
+The statement that writes a transaction's audit events also refreshes the
+attention columns of the runs they name (:mod:`pgbus_flask.attention`): every
+transition writes its event, so what a person must see on a run's row is
+always that of its last transition, committed with it.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from .. import payload, states
+from .. import attention, payload, states
 from ..db import Transaction
 from ..definition import registered
 from ..errors import InvalidInput, UnknownWorkflow, WorkflowNotFound
@@ -127,7 +133,8 @@ def record_event(
     details: dict[str, Any] | None = None,
 ) -> None:
     """Append to the audit trail (reason and string details capped). The rows of one
-    transaction are written together just before it commits."""
+    transaction are written together just before it commits, with the attention columns
+    of their runs."""
     assert event in states.EVENTS, event
     capped = {k: cap(v, states.DETAIL_LIMIT) if isinstance(v, str) else v for k, v in (details or {}).items()}
     tx.buffer("events", (
@@ -139,10 +146,13 @@ def record_event(
 
 def _write_events(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> None:
     values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
+    runs = list(dict.fromkeys(row[0] for row in rows))
     conn.execute(
-        "INSERT INTO pgbus_workflow_events (workflow_id, event, actor, reason, step_id, step_name, attempt, details)"
-        " VALUES " + values,  # one placeholder group per row, values bound
-        [value for row in rows for value in row],
+        "WITH events AS (INSERT INTO pgbus_workflow_events"
+        " (workflow_id, event, actor, reason, step_id, step_name, attempt, details)"
+        " VALUES " + values + ")"  # one placeholder group per row, values bound
+        + attention.REFRESH,  # the runs' attention columns, in the same round trip
+        [*(value for row in rows for value in row), runs],
     )
 
 
