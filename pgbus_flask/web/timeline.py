@@ -179,22 +179,22 @@ def render_buckets(buckets: Sequence[AttemptBucket], events: Sequence[Mapping[st
     labels = {status: gettext(label) for status, label in STEP_STATUS_LABELS.items()}
     for b in buckets:
         name = isolated(b.step_name)
-        total = sum(b.statuses.values())
-        counts = ", ".join(f"{labels.get(status, status)}: {n}" for status, n in
+        n = sum(b.statuses.values())
+        counts = ", ".join(f"{labels.get(status, status)}: {count}" for status, count in
                            sorted(b.statuses.items(), key=lambda item: -item[1]))
-        tip = (f"{name}: {ngettext('%(num)d attempt', '%(num)d attempts', total)} ({counts}), "
-               f"{_clock(_aware(b.first))}–{_clock(_aware(b.last))}")
+        attempts = ngettext("%(num)d attempt", "%(num)d attempts", n)
+        tip = f"{name}: {attempts} ({counts}), {_clock(_aware(b.first))}–{_clock(_aware(b.last))}"
         lo = start + width * b.index
         rows.setdefault(name, []).append((bucket_series(b.statuses), lo, lo + width, tip))
     bars: list[Bar] = list(rows.items())
     paused = paused_intervals(events, end)
     if paused:
         bars += _bars([(gettext(SERIES_LABELS["paused"]), paused)])
-    attempts = sum(sum(b.statuses.values()) for b in buckets)
+    total = sum(sum(b.statuses.values()) for b in buckets)
     caption = ngettext("%(num)d attempt in all: each stretch of a bar shows how most of the attempts that began "
                        "in it ended.",
                        "%(num)d attempts in all: each stretch of a bar shows how most of the attempts that began "
-                       "in it ended.", attempts)
+                       "in it ended.", total)
     return _chart(bars, (start, end)) + Markup('<p class="muted small" data-testid="timeline-aggregate">%s</p>'
                                                ) % caption
 

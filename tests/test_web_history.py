@@ -1,0 +1,118 @@
+"""A run with a long history: its page and its JSON show the newest attempts and audit events,
+with links to older ones, and its timeline is drawn from an aggregate of its attempts."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from pgbus_flask import runner
+from pgbus_flask.handle import PAGE_SIZE
+from pgbus_flask.web.timeline import MAX_BARS
+
+from .conftest import work
+from .webtools import count_testid, engine_of, text_of
+from .workflows import FailsUntil
+
+ATTEMPTS = 60
+
+
+@pytest.fixture
+def long_run(app: Flask) -> Any:
+    """A FailsUntil run paused and resumed until it has 60 failed attempts of capture (each attempt
+    run in this process, as a worker would)."""
+    engine = engine_of(app)
+    with app.app_context():
+        run = FailsUntil.start(fail_until=999)
+        for _ in range(ATTEMPTS):
+            runner.run_attempt(engine, run.refresh().latest_step["id"])  # type: ignore[index]
+            if run.refresh().attempt_count() < ATTEMPTS:
+                run.resume(actor="cli:ops", reason="once more")
+        assert run.refresh().status == "paused"
+        return run
+
+
+def attempt_numbers(page: str) -> list[int]:
+    return [int(n) for n in re.findall(r'data-testid="attempt-row" data-step="capture" data-attempt="(\d+)"', page)]
+
+
+def link(page: str, testid: str) -> str | None:
+    found = re.search(rf'<a href="([^"]+)" data-testid="{testid}"', page)
+    return found.group(1).replace("&amp;", "&") if found else None
+
+
+def test_the_newest_attempts_first_then_older_ones(app: Flask, long_run: Any) -> None:
+    client = app.test_client()
+    page = client.get(f"/pgbus/runs/{long_run.workflow_id}").get_data(as_text=True)
+    assert attempt_numbers(page) == list(range(ATTEMPTS - PAGE_SIZE + 1, ATTEMPTS + 1))  # oldest first on a page
+    assert link(page, "newest-attempts") is None
+    older = link(page, "older-attempts")
+    assert older and "steps_before=" in older and older.endswith("#h-steps")
+    page = client.get(older).get_data(as_text=True)
+    assert attempt_numbers(page) == list(range(1, ATTEMPTS - PAGE_SIZE + 1))
+    assert link(page, "older-attempts") is None
+    newest = link(page, "newest-attempts")
+    assert newest is not None
+    assert attempt_numbers(client.get(newest).get_data(as_text=True))[-1] == ATTEMPTS
+
+
+def test_the_audit_trail_pages_back_to_the_start(app: Flask, long_run: Any) -> None:
+    client: FlaskClient = app.test_client()
+    total = len(long_run.events())
+    assert total > 2 * PAGE_SIZE
+    url: str | None = f"/pgbus/runs/{long_run.workflow_id}"
+    seen: list[str] = []
+    pages = 0
+    while url:
+        page = client.get(url).get_data(as_text=True)
+        entries = re.findall(r'data-testid="audit-entry" data-event="(\w+)"', page)
+        assert 0 < len(entries) <= PAGE_SIZE
+        seen += entries
+        pages += 1
+        if pages > 1:
+            assert link(page, "newest-entries") is not None
+        url = link(page, "older-entries")
+    assert len(seen) == total and pages == -(-total // PAGE_SIZE)
+    assert seen[-1] == "started"  # newest first, so the run's start comes last
+
+
+def test_the_timeline_of_many_attempts_is_an_aggregate(app: Flask, long_run: Any) -> None:
+    assert ATTEMPTS > MAX_BARS
+    page = app.test_client().get(f"/pgbus/runs/{long_run.workflow_id}").get_data(as_text=True)
+    assert count_testid(page, "timeline-bar") == 2  # capture, and the run's paused stretches
+    assert f"{ATTEMPTS} attempts in all: each stretch of a bar shows how most of the attempts" in text_of(page)
+    assert re.search(r"<title>capture: \d+ attempts \(Failed: \d+\)", page)
+    german = app.test_client().get(f"/pgbus/runs/{long_run.workflow_id}?locale=de").get_data(as_text=True)
+    assert f"{ATTEMPTS} Versuche insgesamt" in text_of(german)
+    assert ">Ältere Versuche<" in german and ">Ältere Einträge<" in german
+    japanese = app.test_client().get(f"/pgbus/runs/{long_run.workflow_id}?locale=ja").get_data(as_text=True)
+    assert f"試行は全部で {ATTEMPTS} 件です" in text_of(japanese) and ">以前の試行<" in japanese
+
+
+def test_the_json_api_pages_the_same_way(app: Flask, long_run: Any) -> None:
+    client = app.test_client()
+    data = client.get(f"/pgbus/api/runs/{long_run.workflow_id}").get_json()
+    assert [s["attempt"] for s in data["steps"]] == list(range(ATTEMPTS - PAGE_SIZE + 1, ATTEMPTS + 1))
+    assert data["older_steps"] is not None and len(data["events"]) == PAGE_SIZE
+    older = client.get(f"/pgbus/api/runs/{long_run.workflow_id}?steps_before={data['older_steps']}"
+                       f"&events_before={data['older_events']}").get_json()
+    assert [s["attempt"] for s in older["steps"]] == list(range(1, ATTEMPTS - PAGE_SIZE + 1))
+    assert older["older_steps"] is None
+    assert older["events"][-1]["id"] < data["events"][0]["id"]
+    bad = client.get(f"/pgbus/api/runs/{long_run.workflow_id}?steps_before=abc")
+    assert bad.status_code == 400 and "steps_before" in bad.get_json()["error"]
+
+
+def test_a_short_run_keeps_one_bar_per_attempt_and_no_pager(app: Flask) -> None:
+    with app.app_context():
+        run = FailsUntil.start(fail_until=9)
+        work(engine_of(app))
+    page = app.test_client().get(f"/pgbus/runs/{run.workflow_id}").get_data(as_text=True)
+    assert count_testid(page, "timeline-bar") == 2  # capture #1, and the paused stretch
+    assert 'data-testid="timeline-aggregate"' not in page
+    for testid in ("older-attempts", "newest-attempts", "older-entries", "newest-entries"):
+        assert link(page, testid) is None
