@@ -189,12 +189,16 @@ def explain(url: str, query: str, params: Any, settings: list[str] | None = None
 
 def seed(server_url: str, n: int, name: str | None = None) -> str:
     """Seed database ``name`` (default ``pgbus_bench_sweep_N``) with ``SEED`` for ``n`` ongoing runs."""
+    from pgbus_flask import attention
+
     name = name or f"{DB_PREFIX}_{n}"
     url = create_database(server_url, name)
     t = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
         with conn.transaction():
             conn.execute(SEED.replace("%(n)s", str(int(n))).encode())
+        # The rows went in without the runner: give them the attention columns and counts it keeps.
+        attention.rebuild(conn)
         conn.execute("VACUUM ANALYZE")
         counts = conn.execute(
             "SELECT (SELECT count(*) FROM pgbus_workflows), (SELECT count(*) FROM pgbus_workflow_steps),"

@@ -32,8 +32,7 @@ CREATE UNIQUE INDEX pgbus_workflows_idempotency_key
 CREATE UNIQUE INDEX pgbus_workflows_one_ongoing_per_subject
     ON pgbus_workflows (workflow_class, subject_type, subject_id)
     WHERE subject_type IS NOT NULL AND status IN ('ready', 'running', 'waiting', 'paused');
-CREATE INDEX pgbus_workflows_ongoing
-    ON pgbus_workflows (status, workflow_class) WHERE status IN ('ready', 'running', 'waiting', 'paused');
+CREATE INDEX pgbus_workflows_status ON pgbus_workflows (status, id);
 CREATE INDEX pgbus_workflows_class_status ON pgbus_workflows (workflow_class, status, id);
 CREATE INDEX pgbus_workflows_subject ON pgbus_workflows (subject_type, subject_id);
 CREATE INDEX pgbus_workflows_terminal_updated
@@ -43,8 +42,11 @@ CREATE INDEX pgbus_workflows_attention_paused
                         attention_since, id)
     WHERE attention_reason IN ('stalled', 'paused_error', 'paused_manual');
 CREATE INDEX pgbus_workflows_attention_due
-    ON pgbus_workflows (attention_reason, attention_since)
+    ON pgbus_workflows (attention_reason, attention_since) INCLUDE (workflow_class)
     WHERE attention_reason IN ('overdue', 'waiting_overdue');
+CREATE INDEX pgbus_workflows_class ON pgbus_workflows (workflow_class, id);
+CREATE INDEX pgbus_workflows_step ON pgbus_workflows (current_step, id);
+CREATE INDEX pgbus_workflows_attention ON pgbus_workflows (attention_reason, id) WHERE attention_reason IS NOT NULL;
 
 -- One row per step attempt.
 CREATE TABLE pgbus_workflow_steps (

@@ -50,8 +50,16 @@ CREATE INDEX pgbus_workflows_attention_paused
     WHERE attention_reason IN ('stalled', 'paused_error', 'paused_manual');
 -- The ready and waiting runs by how long they have been due or waiting: the overdue ones are a range.
 CREATE INDEX pgbus_workflows_attention_due
-    ON pgbus_workflows (attention_reason, attention_since)
+    ON pgbus_workflows (attention_reason, attention_since) INCLUDE (workflow_class)
     WHERE attention_reason IN ('overdue', 'waiting_overdue');
+-- The runs list, newest first, by each filter alone: a page is one range of one index, however the
+-- runs are spread over the table (500,000 finished runs with the highest ids no longer stand between a
+-- filter and its first page). (status, id) replaces the partial (status, workflow_class) index.
+DROP INDEX pgbus_workflows_ongoing;
+CREATE INDEX pgbus_workflows_status ON pgbus_workflows (status, id);
+CREATE INDEX pgbus_workflows_class ON pgbus_workflows (workflow_class, id);
+CREATE INDEX pgbus_workflows_step ON pgbus_workflows (current_step, id);
+CREATE INDEX pgbus_workflows_attention ON pgbus_workflows (attention_reason, id) WHERE attention_reason IS NOT NULL;
 
 -- Runs by class and status, and paused runs by attention group: each change adds a row of +1/-1
 -- (no row two writers both update), and the sweep folds them into one row per key.
