@@ -30,6 +30,10 @@ def _uuid(value: Any) -> uuid.UUID:
         raise WorkflowNotFound(value) from None
 
 
+# The events as literals, matching the partial index pgbus_workflow_events_pauses (states' own constants).
+_PAUSE_EVENTS_SQL = ("SELECT event, created_at FROM pgbus_workflow_events WHERE workflow_id = %s AND event IN ("
+                     + ", ".join(f"'{event}'" for event in states.PAUSE_EVENTS) + ") ORDER BY id")
+
 #: Attempts and audit events a page of a run shows at once (the newest first; "older" pages the rest).
 PAGE_SIZE = 50
 
@@ -178,9 +182,7 @@ class Run:
     def pause_events(self) -> list[Row]:
         """The events that start or end a paused stretch (what the timeline draws), oldest first."""
         with self.engine.db.reading() as conn:
-            return list(runner._q(
-                conn, "SELECT event, created_at FROM pgbus_workflow_events WHERE workflow_id = %s"
-                      " AND event = ANY(%s) ORDER BY id", (self.workflow_id, list(states.PAUSE_EVENTS))).fetchall())
+            return list(runner._q(conn, _PAUSE_EVENTS_SQL, (self.workflow_id,)).fetchall())
 
     def attempt_buckets(self, start: datetime, end: datetime, buckets: int) -> list[AttemptBucket]:
         """The attempts counted by step, stretch of time (``buckets`` equal stretches from ``start`` to

@@ -166,11 +166,17 @@ def attention_groups(engine: Engine, workflow_class: str | None = None, *, limit
                                FROM pgbus_workflows w WHERE {same_group}
                                ORDER BY w.attention_since DESC, w.id DESC LIMIT 1) newest ON TRUE
             UNION ALL
-            SELECT w.workflow_class, w.current_step, w.attention_reason, w.attention_error_class, count(*),
-                   min(w.attention_since), max(w.attention_since),
-                   (array_agg(w.attention_step_id ORDER BY w.attention_since DESC, w.id DESC))[1]
-            FROM pgbus_workflows w WHERE ({due}){cls}
-            GROUP BY 1, 2, 3, 4
+            SELECT d.*, newest.step_id FROM (
+                SELECT w.workflow_class, w.current_step, w.attention_reason, w.attention_error_class, count(*),
+                       min(w.attention_since), max(w.attention_since) AS last_seen
+                FROM pgbus_workflows w WHERE ({due}){cls}
+                GROUP BY 1, 2, 3, 4
+            ) d
+            LEFT JOIN LATERAL (SELECT w.attention_step_id AS step_id FROM pgbus_workflows w
+                               WHERE w.attention_reason = d.attention_reason AND w.attention_since = d.last_seen
+                                 AND w.workflow_class = d.workflow_class AND w.current_step = d.current_step
+                                 AND w.attention_error_class IS NOT DISTINCT FROM d.attention_error_class
+                               ORDER BY w.id DESC LIMIT 1) newest ON TRUE
         )
         SELECT g.workflow_class, g.step_name, g.reason, g.error_class, g.runs, g.first_seen_at, g.last_seen_at,
                s.error_message

@@ -47,6 +47,9 @@ CREATE INDEX pgbus_workflows_attention_due
 CREATE INDEX pgbus_workflows_class ON pgbus_workflows (workflow_class, id);
 CREATE INDEX pgbus_workflows_step ON pgbus_workflows (current_step, id);
 CREATE INDEX pgbus_workflows_attention ON pgbus_workflows (attention_reason, id) WHERE attention_reason IS NOT NULL;
+CREATE INDEX pgbus_workflows_attention_group
+    ON pgbus_workflows (workflow_class, attention_reason, current_step, (COALESCE(attention_error_class, '')), id)
+    WHERE attention_reason IN ('stalled', 'paused_error', 'paused_manual');
 
 -- One row per step attempt.
 CREATE TABLE pgbus_workflow_steps (
@@ -100,6 +103,8 @@ CREATE TABLE pgbus_workflow_events (
     created_at  timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX pgbus_workflow_events_run ON pgbus_workflow_events (workflow_id, id);
+CREATE INDEX pgbus_workflow_events_pauses ON pgbus_workflow_events (workflow_id, id)
+    WHERE event IN ('paused', 'resumed', 'cancelled', 'rerun', 'step_skipped', 'finished');
 
 -- Signals: pending -> claimed -> consumed.
 CREATE TABLE pgbus_workflow_signals (

@@ -163,8 +163,18 @@ def isolated(value: Any) -> str:
     return FSI + _balanced(text) + PDI
 
 
+@cache
+def _parsed(locale: str) -> Locale:
+    return Locale.parse(locale)
+
+
+def _babel_locale() -> Locale:
+    """The viewer's locale as Babel's object, parsed once per locale (a run page formats hundreds of times)."""
+    return _parsed(current_locale())
+
+
 def number(value: int | float) -> str:
-    return format_decimal(value, locale=current_locale())
+    return format_decimal(value, locale=_babel_locale())
 
 
 def _aware(moment: datetime) -> datetime:
@@ -173,7 +183,7 @@ def _aware(moment: datetime) -> datetime:
 
 def absolute(moment: datetime) -> str:
     """``moment`` as a medium date and time in the viewer's locale and the configured timezone."""
-    return format_datetime(_aware(moment), "medium", tzinfo=current_tz(), locale=current_locale())
+    return format_datetime(_aware(moment), "medium", tzinfo=current_tz(), locale=_babel_locale())
 
 
 def relative(moment: datetime, now: datetime) -> str:
@@ -181,7 +191,7 @@ def relative(moment: datetime, now: datetime) -> str:
     delta = _aware(moment) - _aware(now)
     if abs(delta) < timedelta(seconds=1):
         return gettext("just now")
-    return format_timedelta(delta, add_direction=True, locale=current_locale())
+    return format_timedelta(delta, add_direction=True, locale=_babel_locale())
 
 
 def time_tag(moment: datetime | None, now: datetime) -> Markup:
@@ -198,7 +208,7 @@ def duration(seconds: float) -> str:
     """A duration such as "3 seconds" or "2 hours" (narrow, localized)."""
     if seconds < 1:
         return gettext("under a second")
-    return format_timedelta(timedelta(seconds=seconds), format="short", locale=current_locale())
+    return format_timedelta(timedelta(seconds=seconds), format="short", locale=_babel_locale())
 
 
 def locale_name(locale: str) -> str:

@@ -60,6 +60,15 @@ CREATE INDEX pgbus_workflows_status ON pgbus_workflows (status, id);
 CREATE INDEX pgbus_workflows_class ON pgbus_workflows (workflow_class, id);
 CREATE INDEX pgbus_workflows_step ON pgbus_workflows (current_step, id);
 CREATE INDEX pgbus_workflows_attention ON pgbus_workflows (attention_reason, id) WHERE attention_reason IS NOT NULL;
+-- (and one attention group's paused runs: the link from each group on the attention page)
+CREATE INDEX pgbus_workflows_attention_group
+    ON pgbus_workflows (workflow_class, attention_reason, current_step, (COALESCE(attention_error_class, '')), id)
+    WHERE attention_reason IN ('stalled', 'paused_error', 'paused_manual');
+
+-- The events that start or end a paused stretch, which the timeline draws, without reading the
+-- other 20,000 events of a run that polls.
+CREATE INDEX pgbus_workflow_events_pauses ON pgbus_workflow_events (workflow_id, id)
+    WHERE event IN ('paused', 'resumed', 'cancelled', 'rerun', 'step_skipped', 'finished');
 
 -- Runs by class and status, and paused runs by attention group: each change adds a row of +1/-1
 -- (no row two writers both update), and the sweep folds them into one row per key.
