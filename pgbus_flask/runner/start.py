@@ -91,18 +91,26 @@ def start(
 
 
 #: The run, its first step (scheduled, due now) and the ``started`` and ``step_scheduled``
-#: audit events, in one statement. An idempotency key already used writes nothing.
+#: audit events, in one statement. An idempotency key already used writes nothing. The run's
+#: attention columns (pgbus_flask.attention) are those of a ready run: overdue once its first
+#: step, whose id is taken first, has been due longer than the stall threshold.
 _START = """
-WITH run AS (
+WITH ids AS (
+    SELECT nextval('pgbus_workflow_steps_id_seq') AS step_id
+), run AS (
     INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, subject_type, subject_id,
-                                 idempotency_key, definition_digest, arguments, started_by)
-    VALUES (%(wid)s, %(cls)s, 'ready', %(step)s, %(stype)s, %(sid)s, %(key)s, %(digest)s, %(args)s, %(actor)s)
+                                 idempotency_key, definition_digest, arguments, started_by,
+                                 attention_reason, attention_since, attention_step_id)
+    SELECT %(wid)s, %(cls)s, 'ready', %(step)s, %(stype)s, %(sid)s, %(key)s, %(digest)s, %(args)s, %(actor)s,
+           'overdue', now(), step_id
+    FROM ids
     ON CONFLICT (workflow_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING *
 ), first AS (
-    INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status, scheduled_at,
+    INSERT INTO pgbus_workflow_steps (id, workflow_id, workflow_class, step_name, attempt, status, scheduled_at,
                                       enqueued_at, job_id)
-    SELECT workflow_id, workflow_class, current_step, 1, 'scheduled', now(), now(), %(job)s FROM run
+    SELECT attention_step_id, workflow_id, workflow_class, current_step, 1, 'scheduled', now(), now(), %(job)s
+    FROM run
     RETURNING id, step_name, attempt
 ), audit AS (
     INSERT INTO pgbus_workflow_events (workflow_id, event, actor, step_id, step_name, attempt, details)
