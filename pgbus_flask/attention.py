@@ -5,9 +5,10 @@ have (a paused run's stalled / paused_error / paused_manual; ``overdue`` for a
 ready run and ``waiting_overdue`` for a run waiting on a signal with no
 ``wait_timeout``, which count once ``attention_since`` is older than their
 threshold), since when, its latest step's id and error class. The runner
-refreshes them with :data:`REFRESH`, in the statement that writes a
-transaction's audit events: every transition writes its event, so every
-transition refreshes the row it moved, in its own transaction.
+refreshes them with :data:`REFRESH_ONE` (the SQL function
+``pgbus_workflow_attention``), in the statement that writes a transaction's
+audit events: every transition writes its event, so every transition
+refreshes the row it moved, in its own transaction.
 
 ``pgbus_run_counts`` holds the runs by class and status, and the paused ones
 by attention group, as rows of +N/-N added by triggers on ``pgbus_workflows``
@@ -21,53 +22,23 @@ from typing import Any
 
 from psycopg import Connection
 
-from . import states
-
 #: The stuck reasons kept for paused runs (no threshold: a paused run needs a person at once).
 PAUSED_REASONS = ("stalled", "paused_error", "paused_manual")
 #: The stuck reasons a run gets once ``attention_since`` is older than a threshold.
 DUE_REASONS = ("overdue", "waiting_overdue")
 
-# Each run's attention columns as its row and latest step say now; {where} picks the runs.
-_COMPUTED = f"""
-    SELECT r.id, a.reason,
-           CASE WHEN a.reason IS NULL THEN NULL
-                WHEN r.status = 'paused' THEN r.paused_at
-                WHEN r.status = 'ready' THEN s.scheduled_at
-                ELSE s.waiting_since END AS since,
-           CASE WHEN a.reason IS NOT NULL THEN s.id END AS step_id,
-           CASE WHEN a.reason IS NOT NULL THEN s.error_class END AS error_class
-    FROM pgbus_workflows r
-    LEFT JOIN LATERAL (SELECT id, status, error_class, scheduled_at, waiting_since, timeout_at, batch_id
-                       FROM pgbus_workflow_steps WHERE workflow_id = r.workflow_id ORDER BY id DESC LIMIT 1) s ON TRUE
-    CROSS JOIN LATERAL (SELECT CASE
-        WHEN r.status = 'paused' AND s.status = 'failed' AND s.error_class = '{states.STALLED_ERROR}'
-            THEN 'stalled'
-        WHEN r.status = 'paused' AND s.status = 'failed' AND s.error_class IS NOT NULL THEN 'paused_error'
-        WHEN r.status = 'paused' THEN 'paused_manual'
-        WHEN r.status = 'ready' AND s.status = 'scheduled' THEN 'overdue'
-        WHEN r.status = 'waiting' AND s.status = 'waiting' AND s.timeout_at IS NULL AND s.batch_id IS NULL
-            THEN 'waiting_overdue'
-        END AS reason) a
-    WHERE {{where}}
-"""
+#: Refresh the attention columns of the runs whose workflow ids are the last parameter (a list):
+#: ``pgbus_workflow_attention(uuid)`` (migration 0004) computes them from the run's row and latest
+#: step and writes them only when they change.
+REFRESH = "SELECT pgbus_workflow_attention(run_id) FROM unnest(%s::uuid[]) AS run_id"
 
-# The guard: a row whose columns already say the same is not written again.
-_SET = """
-    UPDATE pgbus_workflows w
-    SET attention_reason = f.reason, attention_since = f.since, attention_step_id = f.step_id,
-        attention_error_class = f.error_class
-    FROM ({computed}) f
-    WHERE w.id = f.id
-      AND (w.attention_reason, w.attention_since, w.attention_step_id, w.attention_error_class)
-          IS DISTINCT FROM (f.reason, f.since, f.step_id, f.error_class)
-"""
+#: The same for one run (the last parameter, a workflow id): a transaction's events nearly always
+#: name one run.
+REFRESH_ONE = "SELECT pgbus_workflow_attention(%s::uuid)"
 
-#: Refresh the attention columns of the runs whose workflow ids are the last parameter (a list).
-REFRESH = _SET.format(computed=_COMPUTED.format(where="r.workflow_id = ANY(%s)"))
-
-#: Refresh every run's (what migration 0004 did once; for rows written by hand, as the benchmarks do).
-REFRESH_ALL = _SET.format(computed=_COMPUTED.format(where="TRUE"))
+#: Refresh every ongoing run's (a terminal run's columns are empty and stay so): the number changed.
+REFRESH_ALL = ("SELECT count(*) FROM pgbus_workflows"
+               " WHERE status IN ('ready', 'waiting', 'paused', 'running') AND pgbus_workflow_attention(workflow_id)")
 
 _KEY = """workflow_class, status,
        CASE WHEN status = 'paused' THEN current_step ELSE '' END,
@@ -98,16 +69,25 @@ FOLD = """
 """
 
 
+def of_ready(step: dict[str, Any]) -> dict[str, Any]:
+    """The attention columns of a run made ready with ``step`` scheduled (what :data:`REFRESH` would
+    compute), for the runner to write with the status itself: its hot path then writes the run's row
+    once, and the refresh finds nothing to change."""
+    return {"attention_reason": "overdue", "attention_since": step["scheduled_at"], "attention_step_id": step["id"],
+            "attention_error_class": step["error_class"]}
+
+
 def refresh(conn: Connection[Any], workflow_ids: list[Any]) -> None:
     """Refresh the attention columns of these runs (the runner does it in its events statement)."""
-    conn.execute(REFRESH, (workflow_ids,))
+    conn.execute(REFRESH, (workflow_ids,)).fetchall()
 
 
 def refresh_all(conn: Connection[Any]) -> int:
     """Refresh every run's attention columns from its row and latest step: for rows written without
     the runner (a seed, a hand-made fix, a test moving stored times into the past). The count
     triggers follow. The number of runs whose columns changed."""
-    return conn.execute(REFRESH_ALL).rowcount
+    row = conn.execute(REFRESH_ALL).fetchone()
+    return int(row[0]) if row else 0
 
 
 def rebuild(conn: Connection[Any]) -> None:

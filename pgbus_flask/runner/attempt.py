@@ -117,7 +117,8 @@ def claim_attempt(engine: Engine, step_id: int, job_id: str | None) -> Claim | N
                 WHERE id = %(id)s AND status = 'scheduled' AND scheduled_at <= now() + interval '1 second'
                 RETURNING *
             ), running AS (
-                UPDATE pgbus_workflows SET status = 'running', updated_at = now()
+                UPDATE pgbus_workflows SET status = 'running', updated_at = now(), attention_reason = NULL,
+                    attention_since = NULL, attention_step_id = NULL, attention_error_class = NULL
                 WHERE workflow_id = %(wid)s AND status = 'ready' AND %(runnable)s AND EXISTS (SELECT 1 FROM claimed)
             )
             SELECT * FROM claimed

@@ -147,12 +147,13 @@ def record_event(
 def _write_events(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> None:
     values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
     runs = list(dict.fromkeys(row[0] for row in rows))
+    one = len(runs) == 1
     conn.execute(
         "WITH events AS (INSERT INTO pgbus_workflow_events"
         " (workflow_id, event, actor, reason, step_id, step_name, attempt, details)"
-        " VALUES " + values + ")"  # one placeholder group per row, values bound
-        + attention.REFRESH,  # the runs' attention columns, in the same round trip
-        [*(value for row in rows for value in row), runs],
+        " VALUES " + values + ") "  # one placeholder group per row, values bound
+        + (attention.REFRESH_ONE if one else attention.REFRESH),  # the runs' attention columns, same round trip
+        [*(value for row in rows for value in row), runs[0] if one else runs],
     )
 
 

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from .. import states
+from .. import attention, states
 from ..db import Transaction
 from ..definition import StepSpec
 from ..errors import StepNotDefined, UnknownWorkflow
@@ -107,6 +107,8 @@ def advance(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow] | N
         moved = move_run(tx.conn, wid, states.ONGOING, "finished", finished_at=_now(tx), paused_at=None)
         record_event(tx, wid, "finished", actor)
         return moved or run
-    moved = move_run(tx.conn, wid, states.ONGOING, "ready", paused_at=None, current_step=nxt.name)
-    schedule_step(engine, tx, run, klass, nxt.name, actor=actor, set_current=False)
+    step = schedule_step(engine, tx, run, klass, nxt.name, actor=actor, set_current=False)
+    # The step first, so that the run's row is written once, already with its attention columns.
+    moved = move_run(tx.conn, wid, states.ONGOING, "ready", paused_at=None, current_step=nxt.name,
+                     **attention.of_ready(step))
     return moved or run

@@ -6,7 +6,7 @@
 -- a ready run is 'overdue' once its step has been due longer than PGBUS_STALL_THRESHOLD, counted
 -- from the step's scheduled_at; a run waiting on a signal with no wait_timeout is 'waiting_overdue'
 -- once it has waited longer than PGBUS_WAITING_THRESHOLD, counted from waiting_since. The runner
--- sets them in the statement that writes each transition's audit events.
+-- sets them in the statement that writes each transition's audit events (pgbus_workflow_attention).
 
 ALTER TABLE pgbus_workflows
     ADD COLUMN attention_reason      text CHECK (attention_reason IN
@@ -15,32 +15,67 @@ ALTER TABLE pgbus_workflows
     ADD COLUMN attention_step_id     bigint,
     ADD COLUMN attention_error_class text;
 
-UPDATE pgbus_workflows w
-SET attention_reason = f.reason, attention_since = f.since, attention_step_id = f.step_id,
-    attention_error_class = f.error_class
-FROM (
-    SELECT r.id, a.reason,
-           CASE WHEN a.reason IS NULL THEN NULL
-                WHEN r.status = 'paused' THEN r.paused_at
-                WHEN r.status = 'ready' THEN s.scheduled_at
-                ELSE s.waiting_since END AS since,
-           CASE WHEN a.reason IS NOT NULL THEN s.id END AS step_id,
-           CASE WHEN a.reason IS NOT NULL THEN s.error_class END AS error_class
-    FROM pgbus_workflows r
-    LEFT JOIN LATERAL (SELECT id, status, error_class, scheduled_at, waiting_since, timeout_at, batch_id
-                       FROM pgbus_workflow_steps WHERE workflow_id = r.workflow_id ORDER BY id DESC LIMIT 1) s ON TRUE
-    CROSS JOIN LATERAL (SELECT CASE
-        WHEN r.status = 'paused' AND s.status = 'failed' AND s.error_class = 'pgbus_flask.errors.StepStalled'
+-- A run's attention columns from its row and latest step, written only when they change; true when
+-- they did. The runner calls it in the statement that writes a transaction's audit events: two index
+-- probes, planned once per connection (a set-based UPDATE was planned again at every call).
+CREATE FUNCTION pgbus_workflow_attention(run_id uuid) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    run_status text;
+    run_paused_at timestamptz;
+    stored_reason text;
+    stored_since timestamptz;
+    stored_step_id bigint;
+    stored_error_class text;
+    step_id bigint;
+    step_status text;
+    step_error_class text;
+    step_scheduled_at timestamptz;
+    step_waiting_since timestamptz;
+    step_timeout_at timestamptz;
+    step_batch_id bigint;
+    new_reason text;
+    new_since timestamptz;
+BEGIN
+    SELECT w.status, w.paused_at, w.attention_reason, w.attention_since, w.attention_step_id,
+           w.attention_error_class
+      INTO run_status, run_paused_at, stored_reason, stored_since, stored_step_id, stored_error_class
+      FROM pgbus_workflows w WHERE w.workflow_id = run_id;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    SELECT s.id, s.status, s.error_class, s.scheduled_at, s.waiting_since, s.timeout_at, s.batch_id
+      INTO step_id, step_status, step_error_class, step_scheduled_at, step_waiting_since, step_timeout_at,
+           step_batch_id
+      FROM pgbus_workflow_steps s WHERE s.workflow_id = run_id ORDER BY s.id DESC LIMIT 1;
+    new_reason := CASE
+        WHEN run_status = 'paused' AND step_status = 'failed' AND step_error_class = 'pgbus_flask.errors.StepStalled'
             THEN 'stalled'
-        WHEN r.status = 'paused' AND s.status = 'failed' AND s.error_class IS NOT NULL THEN 'paused_error'
-        WHEN r.status = 'paused' THEN 'paused_manual'
-        WHEN r.status = 'ready' AND s.status = 'scheduled' THEN 'overdue'
-        WHEN r.status = 'waiting' AND s.status = 'waiting' AND s.timeout_at IS NULL AND s.batch_id IS NULL
+        WHEN run_status = 'paused' AND step_status = 'failed' AND step_error_class IS NOT NULL THEN 'paused_error'
+        WHEN run_status = 'paused' THEN 'paused_manual'
+        WHEN run_status = 'ready' AND step_status = 'scheduled' THEN 'overdue'
+        WHEN run_status = 'waiting' AND step_status = 'waiting' AND step_timeout_at IS NULL AND step_batch_id IS NULL
             THEN 'waiting_overdue'
-        END AS reason) a
-    WHERE r.status IN ('ready', 'waiting', 'paused')
-) f
-WHERE w.id = f.id AND f.reason IS NOT NULL;
+        END;
+    IF new_reason IS NULL THEN
+        step_id := NULL;
+        step_error_class := NULL;
+    ELSE
+        new_since := CASE run_status WHEN 'paused' THEN run_paused_at WHEN 'ready' THEN step_scheduled_at
+                                     ELSE step_waiting_since END;
+    END IF;
+    IF (stored_reason, stored_since, stored_step_id, stored_error_class)
+       IS NOT DISTINCT FROM (new_reason, new_since, step_id, step_error_class) THEN
+        RETURN false;
+    END IF;
+    UPDATE pgbus_workflows SET attention_reason = new_reason, attention_since = new_since,
+                               attention_step_id = step_id, attention_error_class = step_error_class
+     WHERE workflow_id = run_id;
+    RETURN true;
+END
+$$;
+
+SELECT count(*) FROM pgbus_workflows
+WHERE status IN ('ready', 'waiting', 'paused') AND pgbus_workflow_attention(workflow_id);
 
 -- The paused runs of each attention group, oldest first: attention_ids, and the first, last and
 -- newest run of each group in attention_groups.
