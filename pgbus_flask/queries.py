@@ -195,6 +195,8 @@ def attention_ids(engine: Engine, workflow_class: str, step_name: str, reason: s
     _checked(("step", step_name), ("error class", error_class))
     params = _base(engine, now, workflow_class)
     params.update(step=step_name, error=error_class or "", limit=min(int(limit), IDS_LIMIT))
+    # A paused group's runs come in this order from pgbus_workflows_attention_paused, so the oldest 500
+    # are read and no more (the extended statistics of migration 0004 tell the planner how big a group is).
     query = f"""
         SELECT w.workflow_id FROM pgbus_workflows w
         WHERE {_reason_sql(engine, reason)} AND w.workflow_class = %(cls)s AND w.current_step = %(step)s
@@ -318,7 +320,8 @@ def _index_order(f: RunFilter) -> list[str]:
     """The columns the filters fix, as a prefix of ``ORDER BY ... id DESC``: the same order (they are
     equal on every row), which only the index made for those filters gives without a sort. The planner
     would otherwise walk the primary key backwards whenever it guesses the matches are spread evenly,
-    and at 1,000,000 runs it guesses wrong (the 500,000 newest are all finished runs of one class)."""
+    and at 1,000,000 runs it guesses wrong (the 500,000 newest are all finished runs of one class).
+    :func:`list_runs` fixes these columns with ranges, so that the planner keeps them in the order."""
     if f.reason in PAUSED_REASONS and f.workflow_class and f.step and f.error_class is not None:
         return ["w.workflow_class", "w.attention_reason", "w.current_step", "COALESCE(w.attention_error_class, '')"]
     if f.reason in PAUSED_REASONS:
@@ -347,14 +350,24 @@ def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
     limit = max(1, min(int(f.limit), MAX_LIMIT))
     where: list[sql.Composable] = [sql.SQL("TRUE")]
     params: Row = {"limit": limit + 1}
+    fixed = _index_order(f)
+
+    def same(column: str, param: str) -> sql.Composable:
+        # A column the ORDER BY leads with is fixed by a range of one value, not "=": PostgreSQL
+        # drops a column it knows equal to a constant from the order, and could then walk the
+        # primary key again instead of this filter's index.
+        if column in fixed:
+            return sql.SQL(f"{column} BETWEEN %({param})s AND %({param})s")
+        return sql.SQL(f"{column} = %({param})s")
+
     if f.workflow_class:
-        where.append(sql.SQL("w.workflow_class = %(cls)s"))
+        where.append(same("w.workflow_class", "cls"))
         params["cls"] = f.workflow_class
     if f.status:
-        where.append(sql.SQL("w.status = %(status)s"))
+        where.append(same("w.status", "status"))
         params["status"] = f.status
     if f.step:
-        where.append(sql.SQL("w.current_step = %(step)s"))
+        where.append(same("w.current_step", "step"))
         params["step"] = f.step
     if f.subject:
         kind, _, ident = f.subject.partition(" ")
@@ -376,13 +389,16 @@ def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
     if f.before:
         where.append(sql.SQL("w.id < %(before)s"))
         params["before"] = f.before
-    if f.reason:
+    if f.reason in attention.PAUSED_REASONS:
+        where += [sql.SQL(_PAUSED), same("w.attention_reason", "reason")]
+        params["reason"] = f.reason
+    elif f.reason:
         params.update(now=None, stall=engine.settings.stall_threshold,
                       waiting=engine.settings.waiting_threshold or timedelta(0))
         where.append(sql.SQL(_reason_sql(engine, f.reason)))
-        if f.error_class is not None:
-            where.append(sql.SQL("COALESCE(w.attention_error_class, '') = %(error_class)s"))
-            params["error_class"] = f.error_class
+    if f.reason and f.error_class is not None:
+        where.append(same("COALESCE(w.attention_error_class, '')", "error_class"))
+        params["error_class"] = f.error_class
     query = sql.SQL("""
         SELECT w.*, s.id AS step_id, s.step_name AS step_step_name, s.attempt AS step_attempt,
                s.status AS step_status, s.scheduled_at AS step_scheduled_at, s.started_at AS step_started_at,
