@@ -24,6 +24,9 @@ IDS_LIMIT = 500
 PAUSED_REASONS = attention.PAUSED_REASONS
 #: A run list's page size is 1 to this many runs.
 MAX_LIMIT = 200
+#: A text search (a piece of a subject) reads at most this many runs a page, newest first; the page's
+#: cursor then continues below them (a runs list without an index for its filter stays fast).
+TEXT_WINDOW = 100_000
 #: The fewest hex digits a run id prefix may have (a verb must not land on a run by chance).
 MIN_PREFIX = 4
 #: How many candidates an ambiguous prefix lists.
@@ -311,6 +314,12 @@ class RunFilter:
     limit: int = 50
 
 
+def _whole_run_id(text: str) -> uuid.UUID | None:
+    """``text`` as a whole run id (32 hex digits, with or without the dashes), else None."""
+    bounds = run_id_range(text)
+    return bounds[0] if bounds is not None and bounds[0] == bounds[1] else None
+
+
 def like_escape(text: str) -> str:
     """``text`` with LIKE's wildcards (and its escape character) escaped, to match itself."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
@@ -376,16 +385,30 @@ def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
         if ident:
             where.append(sql.SQL("w.subject_id = %(sid)s"))
             params["sid"] = ident
-    if f.text and f.text.strip():
-        text = f.text.strip()
+    older_than_window: int | None = None  # a text search's lowest run id read, when older runs are left
+    text = f.text.strip() if f.text else ""
+    whole_id = _whole_run_id(text)
+    if whole_id is not None:  # one run, from the unique index, however old
+        where.append(sql.SQL("w.workflow_id = %(whole_id)s"))
+        params["whole_id"] = whole_id
+    elif text:
         matches: list[sql.Composable] = [sql.SQL("w.subject_id = %(text)s"),
                    sql.SQL("(w.subject_type || ' ' || w.subject_id) ILIKE %(text_like)s")]
         params.update(text=text, text_like="%" + like_escape(text) + "%")
         bounds = run_id_range(text)
-        if bounds is not None:  # the run ids starting with the text, from the unique index
+        if bounds is not None:  # the run ids starting with the text
             matches.insert(0, sql.SQL("w.workflow_id BETWEEN %(id_low)s AND %(id_high)s"))
             params.update(id_low=bounds[0], id_high=bounds[1])
         where.append(sql.SQL("({})").format(sql.SQL(" OR ").join(matches)))
+        # A piece of a subject can only be found by reading runs: a page reads at most TEXT_WINDOW of
+        # them (by id, below the cursor), and when older runs are left its cursor continues below them.
+        with engine.db.connection() as conn:
+            newest, oldest = conn.execute("SELECT max(id), min(id) FROM pgbus_workflows").fetchone()  # type: ignore[misc]
+        low = (f.before or (newest or 0) + 1) - TEXT_WINDOW
+        where.append(sql.SQL("w.id >= %(text_window)s"))
+        params["text_window"] = low
+        if oldest is not None and oldest < low:
+            older_than_window = low
     if f.before:
         where.append(sql.SQL("w.id < %(before)s"))
         params["before"] = f.before
@@ -418,7 +441,7 @@ def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
         if f.reason:
             conn.execute("SET LOCAL jit = off")  # as in _read
         rows = list(runner._q(conn, query, params).fetchall())  # type: ignore[arg-type]
-    cursor = rows[limit - 1]["id"] if len(rows) > limit else None
+    cursor = rows[limit - 1]["id"] if len(rows) > limit else older_than_window
     return rows[:limit], cursor
 
 

@@ -116,3 +116,35 @@ def test_a_short_run_keeps_one_bar_per_attempt_and_no_pager(app: Flask) -> None:
     assert 'data-testid="timeline-aggregate"' not in page
     for testid in ("older-attempts", "newest-attempts", "older-entries", "newest-entries"):
         assert link(page, testid) is None
+
+
+def test_a_text_search_reads_a_window_of_runs_a_page_and_pages_on(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A piece of a subject is searched TEXT_WINDOW runs a page: a page that read its window without
+    a match says so and links to the runs before; paging on finds the old run once, and a whole run
+    id finds its run at once, however old."""
+    from pgbus_flask import queries
+
+    from .workflows import ThreeSteps
+
+    monkeypatch.setattr(queries, "TEXT_WINDOW", 3)
+    with app.app_context():
+        old = ThreeSteps.start(order_id=1, subject=("Invoice", "INV-7"))
+        for i in range(7):
+            ThreeSteps.start(order_id=i, subject=("Order", 100 + i))
+    client = app.test_client()
+    url: str | None = "/pgbus/runs?text=inv-7"
+    found: list[str] = []
+    pages = 0
+    while url:
+        page = client.get(url).get_data(as_text=True)
+        pages += 1
+        found += re.findall(r'data-testid="run-row" data-workflow-id="([^"]+)"', page)
+        url = link(page, "next-page")
+        if url:
+            assert 'data-testid="text-window"' in page and "reads 3 runs a page" in text_of(page)
+    assert found == [str(old.workflow_id)] and pages == 3
+    german = client.get("/pgbus/runs?text=inv-7&locale=de").get_data(as_text=True)
+    assert "Eine Textsuche liest 3 Läufe pro Seite" in text_of(german)
+    whole = client.get(f"/pgbus/runs?text={str(old.workflow_id).upper()}").get_data(as_text=True)
+    assert re.findall(r'data-testid="run-row" data-workflow-id="([^"]+)"', whole) == [str(old.workflow_id)]
+    assert link(whole, "next-page") is None

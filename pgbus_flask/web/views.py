@@ -134,9 +134,11 @@ class Pages:
         rows, cursor = queries.list_runs(self.engine, queries.RunFilter(before=before, limit=PAGE_SIZE, **filters))
         items = [{"row": row, "p": self.present(row), "subject": self.subject(row)} for row in rows]
         query = {k: v for k, v in filters.items() if v}
+        # A text search that read its window of runs without filling the page: say why "Older runs" is there.
+        searched = queries.TEXT_WINDOW if cursor is not None and len(rows) < PAGE_SIZE else None
         return render("pgbus/runs.html", items=items, filters=filters, query=query, cursor=cursor,
                                before=before, class_names=self.class_names(filters["workflow_class"]),
-                               statuses=states.RUN_STATUSES, reasons=states.STUCK_REASONS)
+                               statuses=states.RUN_STATUSES, reasons=states.STUCK_REASONS, searched=searched)
 
     # -- one run -----------------------------------------------------------------------
 
