@@ -101,13 +101,22 @@ def pgbus_cli() -> None:
 
 
 @pgbus_cli.command("migrate")
+@click.option("--refresh-attention", is_flag=True,
+              help="then recompute every ongoing run's attention columns (once, after rolling workers of a "
+                   "version before migration 0004)")
 @with_appcontext
-def migrate_cmd() -> None:
+def migrate_cmd(refresh_attention: bool) -> None:
     """Apply missing schema migrations (safe to run twice, and concurrently)."""
+    from . import attention
     from .migrate import migrate
 
-    applied = migrate(_engine().db)
+    engine = _engine()
+    applied = migrate(engine.db)
     click.echo("applied: " + ", ".join(applied) if applied else "schema is up to date")
+    if refresh_attention:
+        with engine.db.connection() as conn:
+            changed = attention.refresh_all(conn)
+        click.echo(f"attention columns refreshed: {changed} runs changed")
 
 
 @pgbus_cli.command("sweep")

@@ -289,3 +289,24 @@ def test_attention_reads_agree_with_the_counts_under_concurrent_transitions(engi
     with engine.db.connection() as conn:
         left = Counter(conn.execute("SELECT workflow_class, status FROM pgbus_run_counts").fetchall())
     assert left == Counter({("FailsUntil", "cancelled"): 1})
+
+
+def test_migrate_refresh_attention_repairs_what_an_older_worker_left(app: Any) -> None:
+    """A process of a version before migration 0004 moves runs without keeping their attention
+    columns; ``flask pgbus migrate --refresh-attention`` recomputes them once everything is rolled."""
+    from .webtools import engine_of
+
+    engine = engine_of(app)
+    with app.app_context():
+        run = FailsUntil.start(fail_until=9)
+        work(engine)
+    with engine.db.connection() as conn:  # what an older worker's pause left: no attention columns
+        conn.execute("UPDATE pgbus_workflows SET attention_reason = NULL, attention_since = NULL,"
+                     " attention_step_id = NULL, attention_error_class = NULL WHERE workflow_id = %s",
+                     (run.workflow_id,))
+    assert queries.stuck_reason_counts(engine) == {}
+    result = app.test_cli_runner().invoke(args=["pgbus", "migrate", "--refresh-attention"])
+    assert result.exit_code == 0, result.output
+    assert "schema is up to date" in result.output and "1 runs changed" in result.output
+    assert queries.stuck_reason_counts(engine) == {("FailsUntil", "paused_error"): 1}
+    agree(engine)

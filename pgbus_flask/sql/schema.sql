@@ -32,6 +32,8 @@ CREATE UNIQUE INDEX pgbus_workflows_idempotency_key
 CREATE UNIQUE INDEX pgbus_workflows_one_ongoing_per_subject
     ON pgbus_workflows (workflow_class, subject_type, subject_id)
     WHERE subject_type IS NOT NULL AND status IN ('ready', 'running', 'waiting', 'paused');
+CREATE INDEX pgbus_workflows_ongoing
+    ON pgbus_workflows (status, workflow_class) WHERE status IN ('ready', 'running', 'waiting', 'paused');
 CREATE INDEX pgbus_workflows_status ON pgbus_workflows (status, id);
 CREATE INDEX pgbus_workflows_class_status ON pgbus_workflows (workflow_class, status, id);
 CREATE INDEX pgbus_workflows_subject ON pgbus_workflows (subject_type, subject_id);

@@ -89,8 +89,7 @@ CREATE INDEX pgbus_workflows_attention_due
     WHERE attention_reason IN ('overdue', 'waiting_overdue');
 -- The runs list, newest first, by each filter alone: a page is one range of one index, however the
 -- runs are spread over the table (500,000 finished runs with the highest ids no longer stand between a
--- filter and its first page). (status, id) replaces the partial (status, workflow_class) index.
-DROP INDEX pgbus_workflows_ongoing;
+-- filter and its first page). pgbus_workflows_ongoing stays for processes of the previous version.
 CREATE INDEX pgbus_workflows_status ON pgbus_workflows (status, id);
 CREATE INDEX pgbus_workflows_class ON pgbus_workflows (workflow_class, id);
 CREATE INDEX pgbus_workflows_step ON pgbus_workflows (current_step, id);
