@@ -36,9 +36,11 @@ REFRESH = "SELECT pgbus_workflow_attention(run_id) FROM unnest(%s::uuid[]) AS ru
 #: name one run.
 REFRESH_ONE = "SELECT pgbus_workflow_attention(%s::uuid)"
 
-#: Refresh every ongoing run's (a terminal run's columns are empty and stay so): the number changed.
+#: Refresh every run that is ongoing or has attention columns (a terminal run's are empty): the
+#: number of runs whose columns changed.
 REFRESH_ALL = ("SELECT count(*) FROM pgbus_workflows"
-               " WHERE status IN ('ready', 'waiting', 'paused', 'running') AND pgbus_workflow_attention(workflow_id)")
+               " WHERE (status IN ('ready', 'waiting', 'paused', 'running') OR attention_reason IS NOT NULL)"
+               " AND pgbus_workflow_attention(workflow_id)")
 
 _KEY = """workflow_class, status,
        CASE WHEN status = 'paused' THEN current_step ELSE '' END,

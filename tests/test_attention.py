@@ -299,14 +299,18 @@ def test_migrate_refresh_attention_repairs_what_an_older_worker_left(app: Any) -
     engine = engine_of(app)
     with app.app_context():
         run = FailsUntil.start(fail_until=9)
+        done = ThreeSteps.start(order_id=1)
         work(engine)
     with engine.db.connection() as conn:  # what an older worker's pause left: no attention columns
         conn.execute("UPDATE pgbus_workflows SET attention_reason = NULL, attention_since = NULL,"
                      " attention_step_id = NULL, attention_error_class = NULL WHERE workflow_id = %s",
                      (run.workflow_id,))
-    assert queries.stuck_reason_counts(engine) == {}
+        # and a run it finished still marked as its ready step, long overdue
+        conn.execute("UPDATE pgbus_workflows SET attention_reason = 'overdue', attention_since = now() - interval"
+                     " '1 day' WHERE workflow_id = %s", (done.workflow_id,))
+    assert queries.stuck_reason_counts(engine) == {("ThreeSteps", "overdue"): 1}
     result = app.test_cli_runner().invoke(args=["pgbus", "migrate", "--refresh-attention"])
     assert result.exit_code == 0, result.output
-    assert "schema is up to date" in result.output and "1 runs changed" in result.output
+    assert "schema is up to date" in result.output and "2 runs changed" in result.output
     assert queries.stuck_reason_counts(engine) == {("FailsUntil", "paused_error"): 1}
     agree(engine)
