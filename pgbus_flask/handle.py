@@ -34,8 +34,8 @@ def _uuid(value: Any) -> uuid.UUID:
 _PAUSE_EVENTS_SQL = ("SELECT event, created_at FROM pgbus_workflow_events WHERE workflow_id = %s AND event IN ("
                      + ", ".join(f"'{event}'" for event in states.PAUSE_EVENTS) + ") ORDER BY id")
 
-#: Attempts and audit events a page of a run shows at once (the newest first; "older" pages the rest).
-PAGE_SIZE = 50
+#: Attempts and audit events a page of a run shows at once (the newest; "older" pages show the rest).
+PAGE_SIZE = 25
 
 
 @dataclass(frozen=True)
@@ -193,23 +193,24 @@ class Run:
             rows = conn.execute(
                 """
                 SELECT step_name, bucket, status, count(*), min(created_at), max(COALESCE(finished_at, %(end)s)),
-                       min(min(id)) OVER (PARTITION BY step_name) AS first_id
+                       min(id)
                 FROM (SELECT id, step_name, status, created_at, finished_at,
                              LEAST(GREATEST(floor(extract(epoch FROM created_at - %(start)s)
                                                   / extract(epoch FROM %(width)s::interval))::int, 0),
                                    %(last)s) AS bucket
                       FROM pgbus_workflow_steps WHERE workflow_id = %(wid)s) a
                 GROUP BY step_name, bucket, status
-                ORDER BY first_id, bucket
                 """,
                 {"wid": self.workflow_id, "start": start, "end": end, "width": width, "last": buckets - 1},
             ).fetchall()
         out: dict[tuple[str, int], AttemptBucket] = {}
-        for name, index, status, count, first, last, _ in rows:
+        first_id: dict[str, int] = {}
+        for name, index, status, count, first, last, lowest in rows:
             bucket = out.setdefault((name, index), AttemptBucket(name, index, {}, first, last))
             bucket.statuses[status] = count
             bucket.first, bucket.last = min(bucket.first, first), max(bucket.last, last)
-        return list(out.values())
+            first_id[name] = min(first_id.get(name, lowest), lowest)
+        return sorted(out.values(), key=lambda b: (first_id[b.step_name], b.index))
 
     def signals(self) -> list[Row]:
         return self._rows("SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s ORDER BY id")

@@ -47,17 +47,17 @@ def link(page: str, testid: str) -> str | None:
 
 def test_the_newest_attempts_first_then_older_ones(app: Flask, long_run: Any) -> None:
     client = app.test_client()
-    page = client.get(f"/pgbus/runs/{long_run.workflow_id}").get_data(as_text=True)
-    assert attempt_numbers(page) == list(range(ATTEMPTS - PAGE_SIZE + 1, ATTEMPTS + 1))  # oldest first on a page
-    assert link(page, "newest-attempts") is None
-    older = link(page, "older-attempts")
-    assert older and "steps_before=" in older and older.endswith("#h-steps")
-    page = client.get(older).get_data(as_text=True)
-    assert attempt_numbers(page) == list(range(1, ATTEMPTS - PAGE_SIZE + 1))
-    assert link(page, "older-attempts") is None
-    newest = link(page, "newest-attempts")
-    assert newest is not None
-    assert attempt_numbers(client.get(newest).get_data(as_text=True))[-1] == ATTEMPTS
+    url: str | None = f"/pgbus/runs/{long_run.workflow_id}"
+    pages: list[list[int]] = []
+    while url:
+        page = client.get(url).get_data(as_text=True)
+        pages.append(attempt_numbers(page))
+        assert (link(page, "newest-attempts") is None) == (len(pages) == 1)
+        url = link(page, "older-attempts")
+        assert url is None or ("steps_before=" in url and url.endswith("#h-steps"))
+    assert pages[0] == list(range(ATTEMPTS - PAGE_SIZE + 1, ATTEMPTS + 1))  # the newest, oldest first on a page
+    assert [n for numbers in reversed(pages) for n in numbers] == list(range(1, ATTEMPTS + 1))
+    assert len(pages) == -(-ATTEMPTS // PAGE_SIZE)
 
 
 def test_the_audit_trail_pages_back_to_the_start(app: Flask, long_run: Any) -> None:
@@ -98,11 +98,20 @@ def test_the_json_api_pages_the_same_way(app: Flask, long_run: Any) -> None:
     data = client.get(f"/pgbus/api/runs/{long_run.workflow_id}").get_json()
     assert [s["attempt"] for s in data["steps"]] == list(range(ATTEMPTS - PAGE_SIZE + 1, ATTEMPTS + 1))
     assert data["older_steps"] is not None and len(data["events"]) == PAGE_SIZE
-    older = client.get(f"/pgbus/api/runs/{long_run.workflow_id}?steps_before={data['older_steps']}"
-                       f"&events_before={data['older_events']}").get_json()
-    assert [s["attempt"] for s in older["steps"]] == list(range(1, ATTEMPTS - PAGE_SIZE + 1))
-    assert older["older_steps"] is None
-    assert older["events"][-1]["id"] < data["events"][0]["id"]
+    attempts, events = [s["attempt"] for s in data["steps"]], [e["id"] for e in data["events"]]
+    cursor = data["older_steps"]
+    while cursor:
+        data = client.get(f"/pgbus/api/runs/{long_run.workflow_id}?steps_before={cursor}").get_json()
+        attempts = [s["attempt"] for s in data["steps"]] + attempts
+        cursor = data["older_steps"]
+    cursor = client.get(f"/pgbus/api/runs/{long_run.workflow_id}").get_json()["older_events"]
+    while cursor:
+        data = client.get(f"/pgbus/api/runs/{long_run.workflow_id}?events_before={cursor}").get_json()
+        assert data["events"][-1]["id"] < events[0]
+        events = [e["id"] for e in data["events"]] + events
+        cursor = data["older_events"]
+    assert attempts == list(range(1, ATTEMPTS + 1))
+    assert events == [e["id"] for e in long_run.events()]
     bad = client.get(f"/pgbus/api/runs/{long_run.workflow_id}?steps_before=abc")
     assert bad.status_code == 400 and "steps_before" in bad.get_json()["error"]
 

@@ -20,7 +20,7 @@ from typing import Any
 from markupsafe import Markup
 
 from .. import states
-from ..handle import AttemptBucket
+from ..handle import PAGE_SIZE, AttemptBucket
 from .helpers import STEP_STATUS_LABELS
 from .i18n import N_, current_tz, duration, gettext, isolated, ngettext
 
@@ -39,8 +39,8 @@ FINAL_SERIES = {"completed": "ran_ok", "failed": "ran_failed", "in_progress": "r
 STATUS_SERIES = {"in_progress": "running", "failed": "ran_failed", "waiting": "waiting", "scheduled": "queued",
                  "completed": "ran_ok", "cancelled": "cancelled", "skipped": "cancelled"}
 
-#: Up to this many attempts, one bar each; beyond, one bar per step drawn from an aggregate.
-MAX_BARS = 40
+#: Up to this many attempts (a page of them), one bar each; beyond, one bar per step drawn from an aggregate.
+MAX_BARS = PAGE_SIZE
 #: The stretches of time an aggregate bar is cut into.
 BUCKETS = 60
 

@@ -149,8 +149,8 @@ class Pages:
         """The run's timeline: a bar per attempt (``steps`` when ``complete``, else read again) up to
         ``MAX_BARS`` attempts, beyond that a bar per step drawn from an aggregate."""
         rows = steps.rows if complete else None
-        if rows is None and run.attempt_count() <= MAX_BARS:
-            rows = run.steps()
+        if rows is None and steps.older is None and run.attempt_count() <= MAX_BARS:
+            rows = run.steps()  # a page further back, of a run with few attempts (a link typed by hand)
         if rows is not None and len(rows) <= MAX_BARS:
             return render_timeline(rows, run.pause_events(), g.pgbus_now)
         end = run.row["finished_at"] or g.pgbus_now
