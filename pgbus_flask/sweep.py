@@ -103,8 +103,7 @@ def sweep(engine: Engine) -> SweepReport:
 def _ids(engine: Engine, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     # The planner cannot tell how many rows are past a deadline and, on a big table, starts
     # parallel workers to find none: a sweep that usually finds nothing reads serially.
-    # One pipeline: BEGIN, the SET and the read travel together (an idle sweep is mostly round trips).
-    with engine.db.connection() as conn, conn.pipeline(), conn.transaction():
+    with engine.db.connection() as conn, conn.transaction():
         conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")
         return list(conn.execute(sql, params).fetchall())
 
