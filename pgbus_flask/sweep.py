@@ -186,7 +186,7 @@ def timed_out(engine: Engine, tx: Transaction, run: runner.Row, step: runner.Row
         runner.advance(engine, tx, run, klass, step["step_name"], actor="system")
     elif on_timeout == "continue" and klass is not None:
         woken = runner.move_step(tx.conn, step["id"], ["waiting"], "scheduled", wait_timed_out=True,
-                                 scheduled_at=runner._now(tx), enqueued_at=runner._now(tx), job_id=str(uuid.uuid4()))
+                                 scheduled_at=runner._now(tx), enqueued_at=runner._now(tx), **runner.next_send(step))
         runner.move_run(tx.conn, wid, ["waiting"], "ready")
         if woken is not None:
             runner._send_after_commit(engine, tx, klass, woken)
