@@ -32,7 +32,9 @@ def job_statuses(redis: Redis, job_ids: Sequence[str | None], *, stale_after: fl
     (a worker that died between dequeue and start leaves it in the intermediate list, which
     counts as queued), or it says scheduled but the scheduled registry does not hold it, or
     holds it ``stale_after`` seconds past its time (no scheduler is running to enqueue it).
-    Everything else is the hash's status. Two pipelined round trips for the whole batch.
+    Everything else is the hash's status, read again after those checks when they were made
+    (a job a worker or the scheduler moved on in between has its new status). Two pipelined
+    round trips for the whole batch.
 
     :param job_ids: the ids to check (``None`` entries are skipped).
     :param stale_after: seconds past its time after which a scheduled job counts as lost.
@@ -56,24 +58,32 @@ def job_statuses(redis: Redis, job_ids: Sequence[str | None], *, stale_after: fl
             statuses[job_id] = status
             origin = as_text(raw_origin)
             queue = queues.get(origin) or queues.setdefault(origin, Queue(origin, connection=redis))
+            # Probed in the order a job moves (queue, intermediate list, started; or scheduled
+            # registry, queue), each followed by its status again: a job that moved on between
+            # the two round trips shows a later status instead of looking lost.
             if status == JobStatus.QUEUED:
                 pipe.lpos(queue.key, job_id)
                 pipe.lpos(IntermediateQueue.get_intermediate_queue_key(queue.key), job_id)
-                probes.append((job_id, status))
             elif status == JobStatus.SCHEDULED:
                 pipe.zscore(queue.scheduled_job_registry.key, job_id)
-                probes.append((job_id, status))
+            else:
+                continue
+            pipe.hget(Job.key_for(job_id), "status")
+            probes.append((job_id, status))
         answers = iter(pipe.execute() if probes else [])
     cutoff = time.time() - stale_after
     for job_id, status in probes:
         if status == JobStatus.QUEUED:
             in_queue, in_intermediate = next(answers), next(answers)
-            if in_queue is None and in_intermediate is None:
-                statuses[job_id] = None
+            held = in_queue is not None or in_intermediate is not None
         else:
             due = next(answers)
-            if due is None or float(due) < cutoff:
-                statuses[job_id] = None
+            held = due is not None and float(due) >= cutoff
+        now = _status(next(answers))
+        if now != status:
+            statuses[job_id] = now  # it moved on (or ended) since the first look
+        elif not held:
+            statuses[job_id] = None
     return statuses
 
 

@@ -11,6 +11,7 @@ Real PostgreSQL, Redis and ``pgbus-worker`` processes (the ones marked slow).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
@@ -21,6 +22,7 @@ import pytest
 from rq.job import Job, JobStatus
 
 from pgbus_flask.engine import Engine
+from pgbus_flask.rq_state import LIVE, job_statuses
 from pgbus_flask.sweep import SweepReport, sweep
 from pgbus_flask.testing import wait_until
 
@@ -206,3 +208,38 @@ def test_run_now_withdraws_the_step_s_scheduled_job(engine: Engine) -> None:
     assert not Job.exists(later["job_id"], connection=engine.redis)
     work(engine)
     assert run.refresh().status == "finished"
+
+
+def test_rq_state_tells_live_jobs_from_lost_ones(engine: Engine) -> None:
+    """What ``job_statuses`` answers for each place a job can be, read from a real Redis."""
+    queue = engine.queue(engine.settings.queue)
+    redis = engine.redis
+
+    def job(job_id: str, at: datetime | None = None) -> Job:
+        if at is not None:
+            return queue.enqueue_at(at, "tests.workflows.vendor_child", 1, job_id=job_id)
+        return queue.enqueue("tests.workflows.vendor_child", 1, job_id=job_id)
+
+    job("queued")
+    job("dropped")
+    redis.lrem(queue.key, 0, "dropped")  # the hash still says queued
+    job("dequeued")
+    redis.lmove(queue.key, f"{queue.key}:intermediate", "LEFT", "RIGHT")  # a worker took it, not started yet
+    job("deleted").delete()
+    job("later", at=datetime.now(timezone.utc) + timedelta(hours=1))
+    job("stale", at=datetime.now(timezone.utc) + timedelta(seconds=1))
+    started = job("started")
+    queue.remove(started)
+    started.set_status(JobStatus.STARTED)
+    failed = job("failed")
+    queue.remove(failed)
+    failed.set_status(JobStatus.FAILED)
+    due = queue.scheduled_job_registry.get_scheduled_time("stale").timestamp()
+    wait_until(lambda: time.time() > due + 1.2, timeout=10, message="the stale job over 1 s past its time")
+
+    statuses = job_statuses(redis, ["queued", "dropped", "dequeued", "deleted", "later", "stale", "started",
+                                    "failed", "never", None], stale_after=1)
+    assert statuses == {"queued": JobStatus.QUEUED, "dropped": None, "dequeued": JobStatus.QUEUED, "deleted": None,
+                        "later": JobStatus.SCHEDULED, "stale": None, "started": JobStatus.STARTED,
+                        "failed": JobStatus.FAILED, "never": None}
+    assert {k for k, v in statuses.items() if v in LIVE} == {"queued", "dequeued", "later", "started"}
