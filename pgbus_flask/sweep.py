@@ -27,8 +27,6 @@ log = logging.getLogger("pgbus_flask")
 SWEEP_LOCK = 0x7067627573_02
 #: Rows each part handles per sweep (the rest wait for the next one).
 BATCH = 500
-#: Pages of BATCH overdue steps one sweep asks Redis about (the next sweep goes on from there).
-OVERDUE_PAGES = 4
 #: Where the overdue part starts when it has no cursor: before every step.
 OVERDUE_START = (datetime(1, 1, 1, tzinfo=timezone.utc), 0)
 #: Terminal runs deleted per statement, and statements per sweep.
@@ -143,24 +141,18 @@ def _stalled(engine: Engine, report: SweepReport) -> None:
 def _overdue(engine: Engine, report: SweepReport) -> None:
     """Steps of ready runs due and sent longer than the threshold ago whose job RQ no longer
     holds (not queued, scheduled or running): sent again. A step that merely waits its turn in
-    a long queue is left alone, so a backlog never feeds itself. Up to OVERDUE_PAGES pages a
-    sweep, each one query, two Redis round trips and (if anything was lost) one UPDATE and one
-    more round trip; the next sweep goes on where this one stopped, so every overdue step is
-    asked about even when a queue nobody serves holds the oldest ones."""
+    a long queue is left alone, so a backlog never feeds itself. One page of BATCH steps a
+    sweep: one query, two Redis round trips and, if some were lost, one UPDATE and one more
+    round trip. The next sweep reads the page after it (from the start once a page comes back
+    short), so every overdue step is asked about, even behind a queue nobody serves."""
     threshold = engine.settings.stall_threshold.total_seconds()
-    cursor = engine.sweep_cursors.get("overdue") or OVERDUE_START
-    for _ in range(OVERDUE_PAGES):
-        rows = _ids(engine, FIND_SQL["overdue"], (threshold, threshold, *cursor, BATCH))
-        statuses = job_statuses(engine.redis, [job_id for _, _, job_id, _ in rows], stale_after=threshold)
-        lost = [(step_id, sends, job_id) for step_id, sends, job_id, _ in rows
-                if statuses.get(job_id) not in LIVE]
-        report.overdue_live += len(rows) - len(lost)
-        report.resent += runner.resend_lost(engine, lost)
-        if len(rows) < BATCH:
-            cursor = OVERDUE_START
-            break
-        cursor = (rows[-1][3], rows[-1][0])
-    engine.sweep_cursors["overdue"] = cursor
+    cursor = engine.sweep_cursors.get("overdue", OVERDUE_START)
+    rows = _ids(engine, FIND_SQL["overdue"], (threshold, threshold, *cursor, BATCH))
+    engine.sweep_cursors["overdue"] = (rows[-1][3], rows[-1][0]) if len(rows) == BATCH else OVERDUE_START
+    statuses = job_statuses(engine.redis, [job_id for _, _, job_id, _ in rows], stale_after=threshold)
+    lost = [(step_id, sends, job_id) for step_id, sends, job_id, _ in rows if statuses.get(job_id) not in LIVE]
+    report.overdue_live += len(rows) - len(lost)
+    report.resent += runner.resend_lost(engine, lost)
 
 
 def _expired_waits(engine: Engine, report: SweepReport) -> None:
