@@ -148,11 +148,11 @@ def _overdue(engine: Engine, report: SweepReport) -> None:
     threshold = engine.settings.stall_threshold.total_seconds()
     cursor = engine.sweep_cursors.get("overdue", OVERDUE_START)
     rows = _ids(engine, FIND_SQL["overdue"], (threshold, threshold, *cursor, BATCH))
-    engine.sweep_cursors["overdue"] = (rows[-1][3], rows[-1][0]) if len(rows) == BATCH else OVERDUE_START
     statuses = job_statuses(engine.redis, [job_id for _, _, job_id, _ in rows], stale_after=threshold)
     lost = [(step_id, sends, job_id) for step_id, sends, job_id, _ in rows if statuses.get(job_id) not in LIVE]
     report.overdue_live += len(rows) - len(lost)
     report.resent += runner.resend_lost(engine, lost)
+    engine.sweep_cursors["overdue"] = (rows[-1][3], rows[-1][0]) if len(rows) == BATCH else OVERDUE_START
 
 
 def _expired_waits(engine: Engine, report: SweepReport) -> None:
