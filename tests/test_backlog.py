@@ -243,3 +243,21 @@ def test_rq_state_tells_live_jobs_from_lost_ones(engine: Engine) -> None:
                         "later": JobStatus.SCHEDULED, "stale": None, "started": JobStatus.STARTED,
                         "failed": JobStatus.FAILED, "never": None}
     assert {k for k, v in statuses.items() if v in LIVE} == {"queued", "dequeued", "later", "started"}
+
+
+@pytest.mark.settings(PGBUS_STALL_THRESHOLD=1)
+def test_lost_steps_behind_a_page_of_live_ones_are_found_by_the_next_sweeps(
+        engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages of 5 (instead of 500): the oldest 10 overdue steps are live (a queue nobody
+    serves, say) and the two lost ones come after them; the cursor reaches them on the third
+    sweep, then starts over."""
+    monkeypatch.setattr("pgbus_flask.sweep.BATCH", 5)
+    for _ in range(12):
+        FiveNoop.start()
+    steps = scheduled_steps(engine)
+    for step in steps[-2:]:
+        Job.fetch(step["job_id"], connection=engine.redis).delete()
+    steps_overdue_by(engine, 1)
+    reports = [sweep(engine) for _ in range(4)]
+    assert [(r.overdue_live, r.resent) for r in reports] == [(5, 0), (5, 0), (0, 2), (5, 0)]
+    assert {s["id"] for s in scheduled_steps(engine) if s["resends"]} == {s["id"] for s in steps[-2:]}
