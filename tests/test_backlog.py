@@ -28,7 +28,14 @@ from pgbus_flask.testing import wait_until
 
 from . import procs
 from .conftest import work
-from .test_processes import assert_one_completed_attempt_per_step, job_counts, rows, scalar, wait_finished
+from .test_processes import (
+    assert_one_completed_attempt_per_step,
+    job_counts,
+    jobs_that_claimed,
+    rows,
+    scalar,
+    wait_finished,
+)
 from .workflows import FiveNoop, ThreeSteps
 
 
@@ -74,33 +81,33 @@ def sweeping(engine: Engine, interval: float = 0.5) -> Iterator[list[SweepReport
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("inline", ["0", "20"], ids=["one step a job", "inline continuation"])
 @pytest.mark.settings(PGBUS_STALL_THRESHOLD=1)
 def test_a_backlog_many_times_the_threshold_drains_with_no_resend_and_no_extra_job(
-        engine: Engine, pg_url: str, redis_url: str, tmp_path: Path) -> None:
+        engine: Engine, pg_url: str, redis_url: str, tmp_path: Path, inline: str) -> None:
     """300 runs start before any worker: their first steps wait 3 s and more, three times the
     stall threshold, and the whole backlog takes several thresholds to drain, while the sweep
-    runs every half second. Nothing is resent and every job the workers ran was the one job of
-    an attempt (jobs per attempt = 1.0)."""
+    runs every half second. Nothing is resent and every job the workers ran claimed an attempt:
+    with one step a job, that is one job per attempt (1,500 for 1,500)."""
     for _ in range(300):
         FiveNoop.start()
     steps_overdue_by(engine, 3)
     with sweeping(engine) as reports:
         wait_until(lambda: reports, timeout=30, message="a sweep over the overdue backlog")
         assert reports[0].overdue_live == 300 and reports[0].resent == 0, reports[0]
-        env = {"PGBUS_STALL_THRESHOLD": "1"}
+        env = {"PGBUS_STALL_THRESHOLD": "1", "PGBUS_INLINE_STEPS": inline}
         with procs.workers(pg_url, redis_url, tmp_path, 2, env=env) as ws:
             wait_finished(engine, 300, ws, timeout=120)
             names = [w.name for w in ws]
-            wait_until(lambda: sum(job_counts(engine.redis, names)) >= 1500, timeout=10,
-                       message="RQ counted the workers' jobs")
-            jobs_run = sum(job_counts(engine.redis, names))
+            wait_until(lambda: job_counts(engine.redis, names) == (jobs_that_claimed(engine), 0), timeout=10,
+                       message="RQ counted as many jobs as claimed attempts")
     assert len(reports) >= 3, reports  # the sweep ran all along the drain
     assert sum(r.resent for r in reports) == 0, reports
     assert all(not r.errors for r in reports), reports
     assert_one_completed_attempt_per_step(engine, 300, 5)
-    assert jobs_run == 1500  # one job per attempt: none resent, none duplicated
+    if inline == "0":
+        assert jobs_that_claimed(engine) == 1500  # one job per attempt: none resent, none duplicated
     assert scalar(engine, "SELECT max(sends) FROM pgbus_workflow_steps") == 1
-    assert scalar(engine, "SELECT count(*) FROM pgbus_workflow_steps WHERE job_id <> 'pgbus-step-' || id") == 0
 
 
 @pytest.mark.slow
@@ -109,7 +116,8 @@ def test_jobs_redis_lost_are_resent_and_the_rest_are_left_alone(
         engine: Engine, pg_url: str, redis_url: str, tmp_path: Path) -> None:
     """Of 20 queued first steps, one job is deleted from Redis, one dropped from its queue (its
     hash left saying queued), one failed in RQ: those three are resent, once, under new job
-    ids; the 17 others keep their one job. The workers then run exactly one job per attempt."""
+    ids; the 17 others keep their one job. The workers (one step a job) then run exactly one
+    job per attempt."""
     runs = [FiveNoop.start() for _ in range(20)]
     steps = scheduled_steps(engine)
     assert [s["job_id"] for s in steps] == [f"pgbus-step-{s['id']}" for s in steps] == queued_ids(engine)
@@ -136,7 +144,7 @@ def test_jobs_redis_lost_are_resent_and_the_rest_are_left_alone(
     assert Job.fetch(failed["job_id"], connection=engine.redis).get_status() == JobStatus.FAILED  # kept to debug
     assert sweep(engine).resent == 0  # just sent: not again
 
-    with procs.workers(pg_url, redis_url, tmp_path, 2) as ws:
+    with procs.workers(pg_url, redis_url, tmp_path, 2, env={"PGBUS_INLINE_STEPS": "0"}) as ws:
         wait_finished(engine, 20, ws, timeout=60)
         names = [w.name for w in ws]
         wait_until(lambda: job_counts(engine.redis, names) == (100, 0), timeout=10,
