@@ -3,11 +3,13 @@
     /work/venv/bin/python -m bench.backlog                  # 2,000 runs x 5 steps, 3 workers, threshold 2 s
     /work/venv/bin/python -m bench.backlog --threshold 300  # the same with nothing ever overdue
     /work/venv/bin/python -m bench.backlog --runs 500 --repeat 3
+    /work/venv/bin/python -m bench.backlog --inline-steps 0   # one step a job (no inline continuation)
 
 What it does, each repeat on a fresh database and a flushed Redis database:
 
 * starts ``--workers`` ``pgbus-worker`` processes (``PgbusWorker``, scheduler on,
-  ``--no-sweep``) with ``PGBUS_STALL_THRESHOLD=--threshold``;
+  ``--no-sweep``) with ``PGBUS_STALL_THRESHOLD=--threshold`` (and
+  ``PGBUS_INLINE_STEPS=--inline-steps`` when given);
 * runs the sweep itself, in a thread of this process, every ``--sweep-interval``
   seconds (one sweeper, as the advisory lock makes of the workers' sweep threads),
   so it can add up what each sweep reports;
@@ -144,7 +146,8 @@ def one(args: argparse.Namespace, logdir: str, repeat: int) -> Outcome:
     sweeper = Sweeper(engine, args.sweep_interval, out)
     try:
         with Processes() as procs, psycopg.connect(db, autocommit=True) as poll:
-            env = env_for(db, args.redis_url, PGBUS_STALL_THRESHOLD=threshold, PGBUS_SWEEP_INTERVAL="3600")
+            extra = {"PGBUS_INLINE_STEPS": str(args.inline_steps)} if args.inline_steps is not None else {}
+            env = env_for(db, args.redis_url, PGBUS_STALL_THRESHOLD=threshold, PGBUS_SWEEP_INTERVAL="3600", **extra)
             for i in range(args.workers):
                 procs.start([os.path.join(VENV_BIN, "pgbus-worker"), "--log-level", "WARNING", "--no-sweep"], env,
                             os.path.join(logdir, f"backlog-{repeat}-{i}.log"))
@@ -225,11 +228,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--threshold", type=float, default=2.0, help="PGBUS_STALL_THRESHOLD, seconds")
     parser.add_argument("--sweep-interval", type=float, default=1.0)
+    parser.add_argument("--inline-steps", type=int, default=None,
+                        help="PGBUS_INLINE_STEPS for the workers (default: the workers' own setting)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args(argv)
     logdir = tempfile.mkdtemp(prefix="pgbus-bench-backlog-")
-    log(f"{args.runs} runs x {STEPS} steps, {args.workers} workers, threshold {args.threshold:g}s, "
+    inline = "" if args.inline_steps is None else f", PGBUS_INLINE_STEPS={args.inline_steps}"
+    log(f"{args.runs} runs x {STEPS} steps, {args.workers} workers, threshold {args.threshold:g}s{inline}, "
         f"a sweep every {args.sweep_interval:g}s; worker logs in {logdir}")
     for repeat in range(args.repeat):
         out = one(args, logdir, repeat)

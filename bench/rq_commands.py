@@ -2,6 +2,7 @@
 
     /work/venv/bin/python -m bench.rq_commands              # 200 runs x 5 steps, 20 runs x 12 children
     /work/venv/bin/python -m bench.rq_commands --runs 50 --show 12
+    /work/venv/bin/python -m bench.rq_commands --inline-steps 20   # inline continuation on: per step too
 
 The counts come from a ``redis-server`` of the script's own (on a free port, no
 persistence), so ``INFO commandstats`` sees nothing but this script: its deltas
@@ -15,7 +16,9 @@ are exact. Two phases each:
   an empty burst first and taken off, so what is left is the cost of the jobs.
 
 Per job = commands / jobs run. The table lists every command with its calls per
-job; ``--show`` caps the rows.
+job; ``--show`` caps the rows. ``--inline-steps`` is ``PGBUS_INLINE_STEPS`` (default 0,
+one step a job, so that a job's cost is counted alone); with it on, the commands per
+step are printed as well.
 """
 
 from __future__ import annotations
@@ -71,7 +74,8 @@ def measure(args: argparse.Namespace, redis_url: str) -> dict[str, Any]:
     from tests.workflows import FansOut, FiveNoop
 
     db = create_database(args.server_url, DB_NAME)
-    engine = Engine(Settings.load({"PGBUS_DATABASE_URL": db, "PGBUS_REDIS_URL": redis_url})).make_default()
+    engine = Engine(Settings.load({"PGBUS_DATABASE_URL": db, "PGBUS_REDIS_URL": redis_url,
+                                   "PGBUS_INLINE_STEPS": args.inline_steps})).make_default()
     client = Redis.from_url(redis_url)
     out: dict[str, Any] = {}
     try:
@@ -126,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fan-runs", type=int, default=20)
     parser.add_argument("--children", type=int, default=12)
     parser.add_argument("--show", type=int, default=40)
+    parser.add_argument("--inline-steps", type=int, default=0, help="PGBUS_INLINE_STEPS (0: one step a job)")
     args = parser.parse_args(argv)
 
     from tests.procs import RedisServer, free_port, redis_server_binary
@@ -148,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     run = sum(steps["run"].values()) / n
     worker = run - send * (n - args.runs) / n  # the run phase also sends steps 2-5
     print(f"step jobs: {n} run ({args.runs} runs x 5), {time.perf_counter() - t:.1f}s in all")
+    steps_run = args.runs * 5
+    print(f"  per step: {(send * args.runs + run * n) / steps_run:.2f} commands (inline steps: {args.inline_steps})")
     print(f"  per step job: {send + worker:.2f} commands = {send:.2f} to send it"
           f" ({steps['send'].get('multi', 0) / args.runs:.2f} MULTI/EXEC) + {worker:.2f} for a worker to run it")
     print(f"  sent (one start = one step job sent): {sum(steps['send'].values()) / args.runs:.2f} commands per job")
