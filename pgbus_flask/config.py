@@ -38,7 +38,7 @@ KEYS: tuple[Key, ...] = (
     Key("PGBUS_QUEUE", "pgbus", "RQ queue for step jobs when neither the class nor the step names one", "name"),
     Key("PGBUS_POOL_SIZE", 5, "most PostgreSQL connections one process keeps open", "pos_int"),
     Key("PGBUS_STALL_THRESHOLD", timedelta(minutes=5),
-        "a scheduled step due longer than this is overdue (the sweep resends it)", "duration"),
+        "a scheduled step due longer than this is overdue (the sweep resends it if Redis lost its job)", "duration"),
     Key("PGBUS_WAITING_THRESHOLD", None,
         "a step without wait_timeout waiting longer than this needs attention (None: never)", "opt_duration"),
     Key("PGBUS_STEP_TIMEOUT", timedelta(minutes=10),

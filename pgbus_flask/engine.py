@@ -12,13 +12,16 @@ import importlib
 import logging
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from flask import current_app
 from redis import Redis
+from redis.client import Pipeline
 from rq import Queue
+from rq.job import Job, JobStatus
 
 from . import states
 from .config import Settings
@@ -33,6 +36,10 @@ CHILD_JOB = "pgbus_flask.jobs.run_child"
 # RQ's own job timeout sits a little past the stall deadline, so the sweep
 # (not RQ) is what declares an attempt stalled.
 JOB_TIMEOUT_MARGIN = states.JOB_TIMEOUT_MARGIN
+# A step or child job keeps nothing in Redis when it returns (its outcome is in PostgreSQL);
+# one that fails in RQ (pgbus could not record, RQ's timeout, a dead worker) stays a week in
+# RQ's failed registry with its traceback, for whoever debugs the worker (docs/decisions.md).
+FAILURE_TTL = 7 * 24 * 3600
 
 _default: Engine | None = None
 # Held while an engine is built from the environment, so concurrent jobs build one.
@@ -51,6 +58,8 @@ class Engine:
         self._queues: dict[str, Queue] = {}
         # Tests replace this to deliver every job several times.
         self.deliveries = 1
+        # Where each part of the sweep stopped in this process, for the next sweep to go on from.
+        self.sweep_cursors: dict[str, Any] = {}
 
     @property
     def redis(self) -> Redis:
@@ -96,42 +105,80 @@ class Engine:
             seconds += self.settings.inline_seconds.total_seconds()
         return int(seconds + 0.999)
 
-    def send_step(
-        self, step_id: int, job_id: str, queue: str, at: datetime | None, at_front: bool, timeout: timedelta,
-        description: str | None = None,
-    ) -> None:
-        """Enqueue the step job for ``step_id``; a failure is logged and the sweep resends later.
-        ``description`` is what RQ (and rq-dashboard) show for the job."""
+    def send_step(self, job: StepJob) -> None:
+        """Enqueue one step job; a failure is logged and the sweep resends later."""
+        self.send_steps([job])
+
+    def send_steps(self, jobs: Sequence[StepJob]) -> None:
+        """Enqueue step jobs in one Redis round trip, withdrawing the earlier jobs they replace
+        that are still waiting; a failure is logged and the sweep resends later."""
+        if not jobs:
+            return
         try:
-            q = self.queue(queue)
-            options: dict[str, Any] = {
-                "args": (step_id,),
-                "job_timeout": self.step_job_timeout(timeout),
-                "result_ttl": 0,
-                "failure_ttl": 7 * 24 * 3600,
-                "description": description or f"pgbus step {step_id}",
-            }
-            for delivery in range(self.deliveries):
-                jid = job_id if delivery == 0 else f"{job_id}-{delivery}"
-                if at is not None and at > datetime.now(timezone.utc):
-                    q.enqueue_at(at, STEP_JOB, job_id=jid, **options)
-                else:
-                    q.enqueue(STEP_JOB, job_id=jid, at_front=at_front, **options)
+            replaced = [job.replaces for job in jobs if job.replaces]
+            waiting = [old for old in Job.fetch_many(replaced, connection=self.redis) if old is not None
+                       and old.get_status(refresh=False) in (JobStatus.QUEUED, JobStatus.SCHEDULED)] if replaced else []
+            now = datetime.now(timezone.utc)
+            with self.redis.pipeline() as pipe:
+                pipe.multi()  # one MULTI/EXEC for all (RQ's enqueue with a pipeline expects one)
+                for old in waiting:
+                    old.delete(pipeline=pipe)
+                for job in jobs:
+                    self._enqueue_step(pipe, job, now)
+                pipe.execute()
         except Exception:
-            log.exception("pgbus: step %s could not be enqueued on %r; the sweep will resend it", step_id, queue)
+            log.exception("pgbus: step %s could not be enqueued on %s; the sweep will resend it",
+                          ", ".join(str(job.step_id) for job in jobs),
+                          ", ".join(sorted({repr(job.queue) for job in jobs})))
+
+    def _enqueue_step(self, pipe: Pipeline, job: StepJob, now: datetime) -> None:
+        q = self.queue(job.queue)
+        options: dict[str, Any] = {
+            "args": (job.step_id,),
+            "job_timeout": self.step_job_timeout(job.timeout),
+            "result_ttl": 0,
+            "failure_ttl": FAILURE_TTL,
+            "description": job.description,
+            "pipeline": pipe,
+        }
+        for delivery in range(self.deliveries):
+            jid = job.job_id if delivery == 0 else f"{job.job_id}-{delivery}"
+            if job.at is not None and job.at > now:
+                q.enqueue_at(job.at, STEP_JOB, job_id=jid, **options)
+            else:
+                q.enqueue(STEP_JOB, job_id=jid, at_front=job.at_front, **options)
 
     def send_children(self, batch_id: int, queue: str, children: Iterable[tuple[int, str]]) -> None:
-        """Enqueue fan-out children ``(position, job_id)``; a failure is logged, the sweep resends."""
+        """Enqueue fan-out children ``(position, job_id)`` in one Redis round trip; a failure is
+        logged, the sweep resends."""
         try:
             q = self.queue(queue)
-            for position, job_id in children:
-                for delivery in range(self.deliveries):
-                    jid = job_id if delivery == 0 else f"{job_id}-{delivery}"
-                    q.enqueue_call(CHILD_JOB, args=(batch_id, position), job_id=jid, result_ttl=24 * 3600,
-                                   failure_ttl=7 * 24 * 3600, timeout=int(self.settings.step_timeout.total_seconds()),
-                                   description=f"pgbus batch {batch_id} child {position}")
+            with self.redis.pipeline() as pipe:
+                pipe.multi()
+                for position, job_id in children:
+                    for delivery in range(self.deliveries):
+                        jid = job_id if delivery == 0 else f"{job_id}-{delivery}"
+                        q.enqueue_call(CHILD_JOB, args=(batch_id, position), job_id=jid, result_ttl=0,
+                                       failure_ttl=FAILURE_TTL, timeout=int(self.settings.step_timeout.total_seconds()),
+                                       description=f"pgbus batch {batch_id} child {position}", pipeline=pipe)
+                pipe.execute()
         except Exception:
             log.exception("pgbus: children of batch %s could not be enqueued; the sweep will resend them", batch_id)
+
+
+@dataclass(frozen=True)
+class StepJob:
+    """One step job to send: what RQ needs, and the step's earlier job it replaces (withdrawn
+    if it is still queued or scheduled, so a step has one live job at a time)."""
+
+    step_id: int
+    job_id: str
+    queue: str
+    at: datetime | None
+    at_front: bool
+    timeout: timedelta
+    description: str
+    replaces: str | None = None
 
 
 def resolve_engine(bus: Any = None) -> Engine:

@@ -13,12 +13,14 @@ import logging
 import threading
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from . import attention, runner, states
 from .db import Transaction
 from .engine import Engine
 from .errors import StepStalled, WaitTimedOut, WorkflowNotFound
+from .rq_state import DIED, LIVE, job_statuses
 
 log = logging.getLogger("pgbus_flask")
 
@@ -26,6 +28,8 @@ log = logging.getLogger("pgbus_flask")
 SWEEP_LOCK = 0x7067627573_02
 #: Rows each part handles per sweep (the rest wait for the next one).
 BATCH = 500
+#: Where the overdue part starts when it has no cursor: before every step.
+OVERDUE_START = (datetime(1, 1, 1, tzinfo=timezone.utc), 0)
 #: Terminal runs deleted per statement, and statements per sweep.
 DELETE_BATCH = 500
 DELETE_ROUNDS = 20
@@ -37,12 +41,15 @@ FIND_SQL = {
     # pgbus_workflow_steps_in_progress
     "stalled": "SELECT id, workflow_id FROM pgbus_workflow_steps WHERE status = 'in_progress'"
                " AND stall_at < now() ORDER BY stall_at LIMIT %s",
-    # pgbus_workflow_steps_scheduled
-    "overdue": "SELECT s.id, s.workflow_id FROM pgbus_workflow_steps s"
+    # pgbus_workflow_steps_scheduled: due and sent longer than the threshold ago (x 2^resends,
+    # at most 16x: a step Redis keeps losing is resent less and less often), after the cursor
+    "overdue": "SELECT s.id, s.sends, s.job_id, s.scheduled_at FROM pgbus_workflow_steps s"
                " JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'ready'"
                " WHERE s.status = 'scheduled' AND s.scheduled_at < now() - make_interval(secs => %s)"
-               " AND (s.enqueued_at IS NULL OR s.enqueued_at < now() - make_interval(secs => %s))"
-               " ORDER BY s.scheduled_at LIMIT %s",
+               " AND (s.enqueued_at IS NULL"
+               " OR s.enqueued_at < now() - make_interval(secs => %s * power(2, least(s.resends, 4))))"
+               " AND (s.scheduled_at, s.id) > (%s, %s)"
+               " ORDER BY s.scheduled_at, s.id LIMIT %s",
     # pgbus_workflow_steps_wait_deadline
     "expired_waits": "SELECT s.id, s.workflow_id FROM pgbus_workflow_steps s"
                      " JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'waiting'"
@@ -64,11 +71,13 @@ FIND_SQL = {
 
 @dataclass
 class SweepReport:
-    """What one sweep did (``ran`` is False when another sweeper held the lock)."""
+    """What one sweep did (``ran`` is False when another sweeper held the lock).
+    ``overdue_live``: overdue steps left alone because RQ still holds their job."""
 
     ran: bool = True
     stalled: int = 0
     resent: int = 0
+    overdue_live: int = 0
     wait_timeouts: int = 0
     children_failed: int = 0
     children_resent: int = 0
@@ -132,22 +141,20 @@ def _stalled(engine: Engine, report: SweepReport) -> None:
 
 
 def _overdue(engine: Engine, report: SweepReport) -> None:
+    """Steps of ready runs due and sent longer than the threshold ago whose job RQ no longer
+    holds (not queued, scheduled or running): sent again. A step that merely waits its turn in
+    a long queue is left alone, so a backlog never feeds itself. One page of BATCH steps a
+    sweep: one query, two Redis round trips and, if some were lost, one UPDATE and one more
+    round trip. The next sweep reads the page after it (from the start once a page comes back
+    short), so every overdue step is asked about, even behind a queue nobody serves."""
     threshold = engine.settings.stall_threshold.total_seconds()
-    rows = _ids(engine, FIND_SQL["overdue"], (threshold, threshold, BATCH))
-    for step_id, workflow_id in rows:
-        with engine.db.transaction() as tx:
-            try:
-                run = runner.lock_run(tx, workflow_id)
-            except WorkflowNotFound:
-                continue
-            if run["status"] != "ready":
-                continue  # a paused run's step waits for resume, which sends it
-            step = runner._q(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE id = %s AND status = 'scheduled'",
-                             (step_id,)).fetchone()
-            if step is None:
-                continue
-            if runner.resend_step(engine, tx, runner.load_class(engine, run["workflow_class"]), step) is not None:
-                report.resent += 1
+    cursor = engine.sweep_cursors.get("overdue", OVERDUE_START)
+    rows = _ids(engine, FIND_SQL["overdue"], (threshold, threshold, *cursor, BATCH))
+    statuses = job_statuses(engine.redis, [job_id for _, _, job_id, _ in rows], stale_after=threshold)
+    lost = [(step_id, sends, job_id) for step_id, sends, job_id, _ in rows if statuses.get(job_id) not in LIVE]
+    report.overdue_live += len(rows) - len(lost)
+    report.resent += runner.resend_lost(engine, lost)
+    engine.sweep_cursors["overdue"] = (rows[-1][3], rows[-1][0]) if len(rows) == BATCH else OVERDUE_START
 
 
 def _expired_waits(engine: Engine, report: SweepReport) -> None:
@@ -188,7 +195,7 @@ def timed_out(engine: Engine, tx: Transaction, run: runner.Row, step: runner.Row
         runner.advance(engine, tx, run, klass, step["step_name"], actor="system")
     elif on_timeout == "continue" and klass is not None:
         woken = runner.move_step(tx.conn, step["id"], ["waiting"], "scheduled", wait_timed_out=True,
-                                 scheduled_at=runner._now(tx), enqueued_at=runner._now(tx), job_id=str(uuid.uuid4()))
+                                 scheduled_at=runner._now(tx), enqueued_at=runner._now(tx), **runner.next_send(step))
         runner.move_run(tx.conn, wid, ["waiting"], "ready")
         if woken is not None:
             runner._send_after_commit(engine, tx, klass, woken)
@@ -204,23 +211,18 @@ def _lost_children(engine: Engine, report: SweepReport) -> None:
     """Pending children of open batches whose step still waits on them, sent longer than the
     stall threshold ago, whose RQ job failed (its worker died) or no longer exists (Redis lost
     it): fail or resend them. A cancelled or skipped step's children are left alone."""
-    from rq.exceptions import NoSuchJobError
-    from rq.job import Job, JobStatus
-
     threshold = engine.settings.stall_threshold.total_seconds()
     rows = _ids(engine, FIND_SQL["lost_children"], (threshold, BATCH))
+    statuses = job_statuses(engine.redis, [job_id for _, _, job_id, _ in rows], stale_after=threshold)
     resend: dict[tuple[int, str], list[tuple[int, str]]] = {}
     for batch_id, position, job_id, queue in rows:
-        try:
-            status = Job.fetch(job_id, connection=engine.redis).get_status(refresh=False)
-        except NoSuchJobError:
-            status = None
-        if status in (JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED):
+        status = statuses.get(job_id)
+        if status in DIED:
             lost = ChildLost(f"child job {job_id} ended as {status.value} in RQ without recording a result"
                              " (its worker probably died)")
             if runner.record_child(engine, batch_id, position, error=lost):
                 report.children_failed += 1
-        elif status is None:
+        elif status not in LIVE:  # gone from Redis, or finished without recording (never, but resend)
             new_id = f"pgbus-child-{batch_id}-{position}-{uuid.uuid4().hex[:8]}"
             with engine.db.connection() as conn:
                 moved = conn.execute(

@@ -19,7 +19,7 @@ PACKAGE = Path(pgbus_flask.__file__).parent
 LAYERS: list[set[str]] = [
     {"errors", "states"},
     {"config", "payload"},
-    {"logs", "db", "attention"},
+    {"logs", "db", "attention", "rq_state"},
     {"definition", "migrate", "testing", "orm"},
     {"engine"},
     {"runner"},

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pgbus_flask.engine import Engine
-from pgbus_flask.sweep import BATCH, DELETE_BATCH, FIND_SQL
+from pgbus_flask.sweep import BATCH, DELETE_BATCH, FIND_SQL, OVERDUE_START
 
 SEED = """
 INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, definition_digest, started_by,
@@ -36,7 +36,7 @@ ANALYZE pgbus_workflows; ANALYZE pgbus_workflow_steps; ANALYZE pgbus_batches; AN
 
 PARAMS: dict[str, tuple[Any, ...]] = {
     "stalled": (BATCH,),
-    "overdue": (300.0, 300.0, BATCH),
+    "overdue": (300.0, 300.0, *OVERDUE_START, BATCH),
     "expired_waits": (BATCH,),
     "lost_children": (300.0, BATCH),
     "retention": (30 * 86400.0, DELETE_BATCH),

@@ -49,7 +49,7 @@ from .rows import (
     record_event,
     worker_name,
 )
-from .scheduling import _send_after_commit, advance, resend_step, schedule_step
+from .scheduling import _send_after_commit, advance, next_send, resend_lost, resend_step, schedule_step, step_job_id
 from .signals import SignalResult, send_signal
 from .start import Started, start
 from .verbs import cancel, pause, rerun, reschedule, resume, resume_at, run_now, skip
@@ -59,8 +59,8 @@ __all__ = [
     "SignalResult", "Started",
     "_now", "_q", "_send_after_commit", "advance", "available_actions", "cancel", "cap", "check_who",
     "claim_attempt", "completed_outputs", "error_name", "fail_attempt", "finish_batch", "latest_step",
-    "load_class", "lock_run", "move_run", "move_step", "open_batch", "park_on_signal", "pause",
-    "record_child", "record_event", "record_outcome", "rerun", "reschedule", "resend_step", "resume",
+    "load_class", "lock_run", "move_run", "move_step", "next_send", "open_batch", "park_on_signal", "pause",
+    "record_child", "record_event", "record_outcome", "rerun", "reschedule", "resend_lost", "resend_step", "resume",
     "resume_at", "resume_plan", "run_attempt", "run_now", "schedule_step", "send_signal", "skip", "start",
-    "worker_name",
+    "step_job_id", "worker_name",
 ]

@@ -1,19 +1,26 @@
-"""Scheduling a step and the after-commit enqueue: the only place a step job is sent."""
+"""Scheduling a step and the after-commit enqueue: the only place a step job is sent.
+
+Every send of a step has a job id of its own, made from the step row: ``pgbus-step-<id>``
+for the first, ``pgbus-step-<id>-send<n>`` for the n-th (the row's ``sends``). A new send
+never meets an id RQ already holds (RQ would overwrite that job and push its id a second
+time, and the earlier job's cleanup would then delete the new one), and a send that
+replaces a job still waiting in RQ withdraws it, so a step has one live job at a time.
+"""
 
 from __future__ import annotations
 
-import uuid
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import attention, states
 from ..db import Transaction
 from ..definition import StepSpec
 from ..errors import StepNotDefined, UnknownWorkflow
-from .rows import Row, _now, _q, move_run, record_event
+from .rows import Row, _now, _q, load_class, move_run, record_event
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..engine import Engine, StepJob
     from ..workflow import Workflow
 
 
@@ -33,15 +40,41 @@ def _route(engine: Engine, klass: type[Workflow] | None, step_name: str) -> tupl
     return queue, bool(priority and priority > 0), timeout
 
 
-def send(engine: Engine, klass: type[Workflow] | None, step: Row) -> None:
-    """Enqueue ``step``'s job now (callers: after the transaction that wrote it committed)."""
+#: The first part of every step job's id (the step row's id follows).
+JOB_PREFIX = "pgbus-step-"
+
+
+def step_job_id(step_id: int, send: int) -> str:
+    """The RQ job id of the ``send``-th job sent for step row ``step_id``."""
+    return f"{JOB_PREFIX}{step_id}" if send <= 1 else f"{JOB_PREFIX}{step_id}-send{send}"
+
+
+def next_send(step: Row) -> dict[str, Any]:
+    """The columns of the step's next send (for ``move_step`` and the resends)."""
+    sends = step["sends"] + 1
+    return {"sends": sends, "job_id": step_job_id(step["id"], sends)}
+
+
+def _step_job(engine: Engine, klass: type[Workflow] | None, step: Row, replaces: str | None = None) -> StepJob:
+    from ..engine import StepJob
+
     queue, at_front, timeout = _route(engine, klass, step["step_name"])
     description = f"{step['workflow_class']}.{step['step_name']} #{step['attempt']} (run {step['workflow_id']})"
-    engine.send_step(step["id"], step["job_id"], queue, step["scheduled_at"], at_front, timeout, description)
+    return StepJob(step["id"], step["job_id"], queue, step["scheduled_at"], at_front, timeout, description,
+                   replaces=replaces if replaces != step["job_id"] else None)
 
 
-def _send_after_commit(engine: Engine, tx: Transaction, klass: type[Workflow] | None, step: Row) -> None:
-    tx.after_commit(lambda: send(engine, klass, step))
+def send(engine: Engine, klass: type[Workflow] | None, step: Row) -> None:
+    """Enqueue ``step``'s job now (callers: after the transaction that wrote it committed)."""
+    engine.send_step(_step_job(engine, klass, step))
+
+
+def _send_after_commit(engine: Engine, tx: Transaction, klass: type[Workflow] | None, step: Row, *,
+                       replaces: str | None = None) -> None:
+    """Send ``step``'s job once ``tx`` commits (never if it rolls back), withdrawing the job it
+    ``replaces`` if that one is still queued or scheduled."""
+    job = _step_job(engine, klass, step, replaces)
+    tx.after_commit(lambda: engine.send_step(job))
 
 
 def schedule_step(
@@ -58,18 +91,21 @@ def schedule_step(
 ) -> Row:
     """A new scheduled attempt of ``step_name`` (due after ``delay`` seconds), sent after commit.
     ``set_current=False`` when the caller already set the run's current step."""
+    # The row's id is drawn first so that its first job id (step_job_id(id, 1)) is written with it.
     step = _q(
         tx.conn,
         """
-        INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status,
+        INSERT INTO pgbus_workflow_steps (id, workflow_id, workflow_class, step_name, attempt, status,
                                           scheduled_at, enqueued_at, job_id)
-        SELECT %(wid)s, %(cls)s, %(step)s, COALESCE(MAX(attempt), 0) + 1, 'scheduled',
-               now() + make_interval(secs => %(delay)s), now(), %(job)s
-        FROM pgbus_workflow_steps WHERE workflow_id = %(wid)s AND step_name = %(step)s
+        SELECT n.id, %(wid)s, %(cls)s, %(step)s, a.attempt, 'scheduled',
+               now() + make_interval(secs => %(delay)s), now(), %(prefix)s || n.id
+        FROM (SELECT nextval('pgbus_workflow_steps_id_seq') AS id) n,
+             (SELECT COALESCE(MAX(attempt), 0) + 1 AS attempt FROM pgbus_workflow_steps
+              WHERE workflow_id = %(wid)s AND step_name = %(step)s) a
         RETURNING *
         """,
         {"wid": run["workflow_id"], "cls": run["workflow_class"], "step": step_name, "delay": delay,
-         "job": str(uuid.uuid4())},
+         "prefix": JOB_PREFIX},
     ).fetchone()
     if set_current:
         tx.conn.execute(
@@ -83,17 +119,50 @@ def schedule_step(
 
 
 def resend_step(engine: Engine, tx: Transaction, klass: type[Workflow] | None, step: Row,
-                at: datetime | None = None) -> Row:
-    """Send a scheduled step again (a fresh job id and enqueued_at; due at ``at`` if given)."""
+                at: datetime | None = None) -> Row | None:
+    """Send a scheduled step again, due at ``at`` if given: its next job id, and its earlier job
+    withdrawn if still waiting. None if ``step`` (as read under the run's lock) is no longer
+    scheduled or was sent again meanwhile."""
+    send = next_send(step)
     row = _q(
         tx.conn,
-        "UPDATE pgbus_workflow_steps SET enqueued_at = now(), job_id = %s,"
-        " scheduled_at = COALESCE(%s, scheduled_at) WHERE id = %s AND status = 'scheduled' RETURNING *",
-        (str(uuid.uuid4()), at, step["id"]),
+        "UPDATE pgbus_workflow_steps SET enqueued_at = now(), sends = %s, job_id = %s,"
+        " scheduled_at = COALESCE(%s, scheduled_at) WHERE id = %s AND status = 'scheduled' AND sends = %s"
+        " RETURNING *",
+        (send["sends"], send["job_id"], at, step["id"], step["sends"]),
     ).fetchone()
     if row is not None:
-        _send_after_commit(engine, tx, klass, row)
+        _send_after_commit(engine, tx, klass, row, replaces=step["job_id"])
     return row  # type: ignore[no-any-return]
+
+
+def resend_lost(engine: Engine, lost: Sequence[tuple[int, int, str | None]]) -> int:
+    """Send again the steps whose jobs Redis has lost, given as ``(step id, sends, job id)`` as
+    the sweep read them: one UPDATE for all (a step that was claimed, sent again or whose run
+    stopped being ready since then is left alone), then one Redis round trip after commit.
+    Each counts in the step's ``resends``, which backs off its next resend. Returns how many
+    were sent. No status changes, so no run lock: the claim's guards decide, as ever."""
+    if not lost:
+        return 0
+    with engine.db.transaction() as tx:
+        rows = _q(
+            tx.conn,
+            """
+            UPDATE pgbus_workflow_steps s
+            SET sends = s.sends + 1, resends = s.resends + 1, enqueued_at = now(), job_id = seen.next_job_id
+            FROM unnest(%(ids)s::bigint[], %(sends)s::integer[], %(jobs)s::text[], %(next)s::text[])
+                     AS seen (id, sends, job_id, next_job_id),
+                 pgbus_workflows w
+            WHERE s.id = seen.id AND s.sends = seen.sends AND s.status = 'scheduled'
+              AND w.workflow_id = s.workflow_id AND w.status = 'ready'
+            RETURNING s.*, seen.job_id AS replaces
+            """,
+            {"ids": [i for i, _, _ in lost], "sends": [n for _, n, _ in lost], "jobs": [j for _, _, j in lost],
+             "next": [step_job_id(i, n + 1) for i, n, _ in lost]},
+        ).fetchall()
+        jobs = [_step_job(engine, load_class(engine, row["workflow_class"]), row, row["replaces"]) for row in rows]
+        tx.after_commit(lambda: engine.send_steps(jobs))
+    return len(rows)
 
 
 def advance(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow] | None, after: str, *,

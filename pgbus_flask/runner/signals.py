@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -15,7 +14,7 @@ from ..errors import ArgumentsNotSerializable, SignalRefused, StepNotDefined
 from .allowed import _check
 from .attempt import _held_or_claim_signal
 from .rows import Row, _now, _q, cap, check_who, latest_step, load_class, move_run, move_step, record_event
-from .scheduling import _send_after_commit
+from .scheduling import _send_after_commit, next_send
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -98,7 +97,7 @@ def _deliver_to_waiting_step(engine: Engine, tx: Transaction, run: Row, name: st
         record_event(tx, run["workflow_id"], "signal_claimed", "system", step=step,
                      details={"signal": name, "signal_id": signal["id"]})
     woken = move_step(tx.conn, step["id"], ["waiting"], "scheduled", scheduled_at=_now(tx), enqueued_at=_now(tx),
-                      job_id=str(uuid.uuid4()))
+                      **next_send(step))
     move_run(tx.conn, run["workflow_id"], ["waiting"], "ready")
     if woken is not None:
         _send_after_commit(engine, tx, klass, woken)

@@ -14,7 +14,7 @@ from .. import payload, states
 from ..db import current_transaction
 from ..errors import InvalidInput, PgbusError, SubjectConflict
 from .rows import Row, _q, cap
-from .scheduling import _send_after_commit, send
+from .scheduling import JOB_PREFIX, _send_after_commit, send
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -71,7 +71,7 @@ def start(
     values = {
         "wid": workflow_id, "cls": klass.workflow_name, "step": klass.steps[0].name, "stype": subject_type,
         "sid": subject_id, "key": idempotency_key, "digest": klass.definition_digest, "args": Jsonb(arguments),
-        "actor": cap(actor, 200), "job": str(uuid.uuid4()), "nothing": Jsonb({}),
+        "actor": cap(actor, 200), "prefix": JOB_PREFIX, "nothing": Jsonb({}),
         "started": Jsonb(payload.to_json({"subject": f"{subject_type} {subject_id}" if subject_type else None})),
     }
     outer = current_transaction()
@@ -107,9 +107,11 @@ WITH ids AS (
     ON CONFLICT (workflow_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING *
 ), first AS (
+    -- its id drawn first (ids): the run's attention_step_id, and its first job id (scheduling.step_job_id)
     INSERT INTO pgbus_workflow_steps (id, workflow_id, workflow_class, step_name, attempt, status, scheduled_at,
                                       enqueued_at, job_id)
-    SELECT attention_step_id, workflow_id, workflow_class, current_step, 1, 'scheduled', now(), now(), %(job)s
+    SELECT attention_step_id, workflow_id, workflow_class, current_step, 1, 'scheduled', now(), now(),
+           %(prefix)s || attention_step_id
     FROM run
     RETURNING id, step_name, attempt
 ), audit AS (

@@ -68,6 +68,8 @@ CREATE TABLE pgbus_workflow_steps (
     scheduled_at    timestamptz NOT NULL,
     enqueued_at     timestamptz,
     job_id          text,
+    sends           integer NOT NULL DEFAULT 1,  -- jobs sent for this attempt (0004)
+    resends         integer NOT NULL DEFAULT 0,  -- of them, sent by the sweep after Redis lost one
     started_at      timestamptz,
     stall_at        timestamptz,
     worker          text,
