@@ -185,7 +185,9 @@ def chain_burst(args: argparse.Namespace, label: str = "RQ chain burst") -> Resu
         res.unfinished, _span, late, statuses = _chain_report(redis, chains)
         res.steps = args.runs * STEPS - res.unfinished
         res.notes.append("time = burst workers' launch to exit (process start-up included)")
-        res.notes.append(f"unfinished by status: {statuses}; {late} finished jobs waited > 0.5 s for maintenance")
+        if statuses:
+            res.notes.append(f"unfinished by status: {statuses}")
+        res.notes.append(f"{late} finished jobs waited > 0.5 s for maintenance")
     finally:
         redis.flushdb()
         redis.close()

@@ -43,18 +43,22 @@ class PgCounter:
     ``BEGIN``, ``COMMIT``, ``ROLLBACK``, ``SAVEPOINT`` (with RELEASE): psycopg's transaction
     commands; ``transactions``: BEGINs plus statements run alone on an idle autocommit
     connection (what ``pg_stat_database.xact_commit`` counts). ``wait_seconds``: time spent in
-    psycopg's ``Connection.wait``, i.e. waiting for PostgreSQL's answers (round trips).
+    psycopg's ``Connection.wait``, i.e. waiting for PostgreSQL's answers (round trips), and
+    ``wait_COMMIT`` (``wait_statements``, ...) the part of it spent on each kind of command.
     """
 
     def __init__(self) -> None:
         self.counts: collections.Counter[str] = collections.Counter()
         self.wait_seconds = 0.0
+        self.waits: collections.Counter[str] = collections.Counter()
         self._saved: list[tuple[Any, str, Any]] = []
 
     def reset(self) -> dict[str, float]:
         """The counts so far (and zero them)."""
-        out: dict[str, float] = {**self.counts, "wait_seconds": self.wait_seconds}
+        out: dict[str, float] = {**self.counts, "wait_seconds": self.wait_seconds,
+                                 **{f"wait_{kind}": seconds for kind, seconds in self.waits.items()}}
         self.counts.clear()
+        self.waits.clear()
         self.wait_seconds = 0.0
         return out
 
@@ -80,19 +84,27 @@ class PgCounter:
             alone(cursor)
             return real_many(cursor, *a, **kw)
 
+        waiting: list[str] = []  # the kind of command the wait in progress is for
+
         def command(conn: Any, cmd: Any, *a: Any, **kw: Any) -> Any:
             kind = _command_kind(cmd)
             counts[kind] += 1
+            if waiting:
+                waiting[-1] = kind
             if kind == "BEGIN":
                 counts["transactions"] += 1
             return real_command(conn, cmd, *a, **kw)
 
         def wait(conn: Any, *a: Any, **kw: Any) -> Any:
+            # A transaction command's generator runs inside this wait, and names its kind.
+            waiting.append("statements")
             t = time.perf_counter()
             try:
                 return real_wait(conn, *a, **kw)
             finally:
-                self.wait_seconds += time.perf_counter() - t
+                spent = time.perf_counter() - t
+                self.wait_seconds += spent
+                self.waits[waiting.pop()] += spent
 
         for owner, name, new in ((psycopg.Cursor, "execute", execute), (psycopg.Cursor, "executemany", executemany),
                                  (cbase.BaseConnection, "_exec_command", command),

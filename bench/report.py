@@ -76,8 +76,9 @@ def cpu_table(results: list[Result]) -> None:
               f"{_num(parts.get('redis'), '.2f'):>8}{_num(parts.get('self'), '.2f'):>8}{total:>8.2f}"
               f"{total * r.rate / 1000:>12.2f}")
     print("  workers: the worker processes (a forking worker's horses included); PG: the benchmark database's"
-          " backends (the starts' and polls' too); Redis*: the whole Redis server (other databases' clients"
-          " too); bench: this process (starts or enqueues, polls). Over the phase, end to end.")
+          " backends alive at the phase's start or end (the starts' and polls' too; not the backends a forking"
+          " worker's horses open and close); Redis*: the whole Redis server (other databases' clients too);"
+          " bench: this process (starts or enqueues, polls). Over the phase, end to end.")
 
 
 def redis_table(results: list[Result]) -> None:

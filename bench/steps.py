@@ -283,8 +283,12 @@ def in_process(args: argparse.Namespace, inline: bool, runs: int) -> dict[str, A
         engine.db.pool.wait()
         FiveNoop.start(-1)  # warm up the pool's connection and the imports
         with PgCounter() as pg:
-            for i in range(runs):
-                FiveNoop.start(i)
+            with Timers() as start_timers:
+                start_timers.time("enqueue", "pgbus_flask.engine", "Engine.send_step")
+                t = time.perf_counter()
+                for i in range(runs):
+                    FiveNoop.start(i)
+                start_total = time.perf_counter() - t
             start = pg.reset()
             with Timers() as timers:
                 timers.time("job", "pgbus_flask.jobs", "run_step")
@@ -303,6 +307,7 @@ def in_process(args: argparse.Namespace, inline: bool, runs: int) -> dict[str, A
         s, c = timers.seconds, timers.calls
         out: dict[str, Any] = {
             "start": {k: v / runs for k, v in start.items()},
+            "start_ms": {"total": 1000 * start_total / runs, "enqueue": 1000 * start_timers.seconds["enqueue"] / runs},
             "step": {k: v / steps for k, v in step.items()},
             "ms": {
                 "total": 1000 * total / steps,
@@ -335,10 +340,19 @@ def _round_trips(label: str, d: dict[str, float], per: str) -> str:
 def print_in_process(modes: dict[str, dict[str, Any]], chain: tuple[float, int], runs: int) -> None:
     print(f"\nPostgreSQL round trips, counted in process ({runs} runs, one in-process SimpleWorker):")
     first = next(iter(modes.values()))
-    print("  " + _round_trips("start()", first["start"], "per start") +
-          f"; {1000 * first['start'].get('wait_seconds', 0):.2f} ms waiting for PostgreSQL")
+    print("  " + _round_trips("start()", first["start"], "per start"))
     for name, m in modes.items():
         print("  " + _round_trips(f"each step, {name}", m["step"], "per step"))
+    print("  waiting for PostgreSQL's answers (ms):")
+    for name, d in [("per start()", first["start"])] + [(f"per step, {n}", m["step"]) for n, m in modes.items()]:
+        kinds = ", ".join(f"{k.removeprefix('wait_')} {1000 * v:.2f}" for k, v in sorted(d.items())
+                          if k.startswith("wait_") and k != "wait_seconds")
+        print(f"    {name:<22} {1000 * d.get('wait_seconds', 0):.2f} = {kinds}")
+    for name, m in modes.items():
+        x = m["start_ms"]
+        wait = 1000 * m["start"].get("wait_seconds", 0)
+        print(f"  start() in process, {name} run: {x['total']:.2f} ms = waiting for PostgreSQL {wait:.2f} + enqueue"
+              f" of the first step {x['enqueue']:.2f} + the rest (Python) {x['total'] - wait - x['enqueue']:.2f}")
     print(f"\nper-step breakdown, ms per step ({runs} runs, one in-process SimpleWorker, no other process"
           " in the way):")
     print(f"  {'':<22}{'total':>7}{'RQ job':>8}{'claim tx':>9}{'outcome tx':>11}{'(inline':>8}{'enqueue':>8}"
