@@ -290,6 +290,16 @@ def cpu_seconds(pid: int) -> float | None:
     return sum(int(f) for f in fields[11:15]) / _TICK
 
 
+def machine_busy() -> float | None:
+    """CPU seconds all of the machine's cores have spent busy (not idle or waiting on I/O) since boot."""
+    try:
+        with open("/proc/stat") as fh:
+            ticks = [int(f) for f in fh.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (sum(ticks) - ticks[3] - ticks[4]) / _TICK
+
+
 def cpu_of(pids: Iterable[int]) -> dict[int, float]:
     """CPU seconds of each readable process of ``pids``."""
     out = {}
@@ -329,7 +339,8 @@ def redis_cpu(url: str) -> float | None:
 
 class CpuMeter:
     """CPU seconds that the worker processes, the PostgreSQL backends of one database, the Redis
-    server (all of it) and this process spend between :meth:`start` and :meth:`stop`."""
+    server (all of it) and this process spend between :meth:`start` and :meth:`stop`; and what
+    every other process on the machine spent meanwhile, in cores (how quiet the machine was)."""
 
     def __init__(self, worker_pids: Iterable[int], server_url: str | None = None, dbname: str | None = None,
                  redis_url: str | None = None) -> None:
@@ -347,16 +358,23 @@ class CpuMeter:
         self._before = {
             "workers": cpu_of(self.worker_pids), "postgres": cpu_of(self._pids),
             "redis": redis_cpu(self.redis_url) if self.redis_url else None, "self": time.process_time(),
+            "machine": machine_busy(), "wall": time.monotonic(),
         }
 
     def stop(self) -> dict[str, float | None]:
-        """CPU seconds by part: ``workers``, ``postgres``, ``redis``, ``self`` (None: not readable)."""
+        """CPU seconds by part: ``workers``, ``postgres``, ``redis``, ``self`` (None: not readable), and
+        ``others_cores``: the machine's busy CPU seconds less those, over the wall time."""
         b = self._before
         backends = sorted(set(self._pids) | set(self._backends()))
         redis_now = redis_cpu(self.redis_url) if self.redis_url else None
-        return {
+        machine, wall = machine_busy(), time.monotonic() - b["wall"]
+        out: dict[str, float | None] = {
             "workers": cpu_spent(b["workers"], cpu_of(self.worker_pids)),
             "postgres": cpu_spent(b["postgres"], cpu_of(backends)) if backends else None,
             "redis": redis_now - b["redis"] if redis_now is not None and b["redis"] is not None else None,
             "self": time.process_time() - b["self"],
         }
+        ours = sum(v for v in out.values() if v is not None)
+        out["others_cores"] = (machine - b["machine"] - ours) / wall if machine is not None and b["machine"] \
+            is not None and wall > 0 else None
+        return out
