@@ -131,7 +131,7 @@ def chain_live(args: argparse.Namespace, worker_class: str, label: str, *, monit
     the Redis commands are counted (MONITOR slows Redis down: the timing is not comparable)."""
     redis = named_redis(args.redis_url)
     redis.flushdb()
-    res = Result(label)
+    res = Result(label, workers=args.workers)
     try:
         with Processes() as procs, contextlib.ExitStack() as stack:
             for i in range(args.workers):
@@ -171,7 +171,7 @@ def chain_burst(args: argparse.Namespace, label: str = "RQ chain burst") -> Resu
     """N chains enqueued first; burst workers drain and exit; what is left is unfinished."""
     redis = named_redis(args.redis_url)
     redis.flushdb()
-    res = Result(label)
+    res = Result(label, workers=args.workers)
     try:
         chains = enqueue_chains(redis, args.runs)
         with Processes() as procs:

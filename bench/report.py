@@ -25,6 +25,7 @@ class Result:
     """
 
     name: str
+    workers: int | None = None  # worker processes, each running one job at a time
     steps: int = 0
     seconds: float = float("nan")
     unfinished: int = 0
@@ -69,19 +70,21 @@ def cpu_table(results: list[Result]) -> None:
     if not rows:
         return
     print(f"\nCPU ms per step{'':<29}{'workers':>9}{'PG':>8}{'Redis*':>8}{'bench':>8}{'total':>8}{'cores busy':>12}"
-          f"{'others':>8}")
+          f"{'others':>8}{'wall/worker':>13}")
     for r in rows:
         parts = {k: (v * 1000 / r.steps if v is not None else None) for k, v in r.cpu.items()
                  if k in ("workers", "postgres", "redis", "self")}
         total = sum(v for v in parts.values() if v is not None)
         print(f"{r.name:<44}{_num(parts.get('workers'), '.2f'):>9}{_num(parts.get('postgres'), '.2f'):>8}"
               f"{_num(parts.get('redis'), '.2f'):>8}{_num(parts.get('self'), '.2f'):>8}{total:>8.2f}"
-              f"{total * r.rate / 1000:>12.2f}{_num(r.cpu.get('others_cores'), '.2f'):>8}")
+              f"{total * r.rate / 1000:>12.2f}{_num(r.cpu.get('others_cores'), '.2f'):>8}"
+              f"{_num(r.workers * 1000 / r.rate if r.workers else None, '.2f'):>13}")
     print("  workers: the worker processes (a forking worker's horses included); PG: the benchmark database's"
           " backends alive at the phase's start or end (the starts' and polls' too; not the backends a forking"
           " worker's horses open and close); Redis*: the whole Redis server (other databases' clients too);"
           " bench: this process (starts or enqueues, polls). Over the phase, end to end. cores busy: the total"
-          " times steps/s; others: cores every other process on the machine kept busy meanwhile (0 = quiet).")
+          " times steps/s; others: cores every other process on the machine kept busy meanwhile (0 = quiet);"
+          " wall/worker: ms of wall time each worker took per step (workers / steps/s), to set against its CPU.")
 
 
 def redis_table(results: list[Result]) -> None:

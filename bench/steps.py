@@ -141,7 +141,7 @@ def pgbus_live(args: argparse.Namespace, label: str, *, inline: bool = True, wor
 
     db = create_database(args.server_url, DB_NAME)
     flush_redis(args.redis_url)
-    res = Result(label)
+    res = Result(label, workers=args.workers)
     latencies: list[float] = []
     engine = _engine(db, args.redis_url, inline)
     polls = 0
@@ -211,7 +211,7 @@ def pgbus_burst(args: argparse.Namespace, label: str, *, inline: bool = True) ->
 
     db = create_database(args.server_url, DB_NAME)
     flush_redis(args.redis_url)
-    res = Result(label)
+    res = Result(label, workers=args.workers)
     engine = _engine(db, args.redis_url, inline)
     try:
         for i in range(args.runs):
