@@ -155,6 +155,9 @@ def chain_live(args: argparse.Namespace, worker_class: str, label: str, *, monit
             if mon is not None:
                 record_redis(res, mon, idle, time.monotonic() - window)
             procs.stop()
+        if procs.leftovers:
+            res.notes.append(f"{len(procs.leftovers)} processes forked by the workers were still alive after their"
+                             " worker stopped (killed)")
         res.unfinished, res.seconds, late, statuses = _chain_report(redis, chains)
         res.steps = args.runs * STEPS - res.unfinished
         res.notes.append(f"{late} jobs ({100 * late / (args.runs * STEPS):.1f}%) were enqueued > 0.5 s after their"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import collections
 import os
+import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -378,3 +380,19 @@ class CpuMeter:
         out["others_cores"] = (machine - b["machine"] - ours) / wall if machine is not None and b["machine"] \
             is not None and wall > 0 else None
         return out
+
+
+def stack_of(pid: int) -> str:
+    """What process ``pid`` is doing: its Python stack by py-spy when installed, else its
+    command line and kernel wait channel."""
+    spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if os.path.exists(spy):
+        out = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
+        return (out.stdout or out.stderr).strip()
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
+        with open(f"/proc/{pid}/wchan") as fh:
+            return f"{cmd} (waiting in {fh.read()}; pip install py-spy for its Python stack)"
+    except OSError as exc:
+        return repr(exc)

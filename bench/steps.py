@@ -70,7 +70,7 @@ from bench.common import (
     settle_stats,
 )
 from bench.dbos_steps import dbos_child, dbos_run
-from bench.probes import CpuMeter, PgCounter, RedisMonitor, Timers, named_redis
+from bench.probes import CpuMeter, PgCounter, RedisMonitor, Timers, named_redis, stack_of
 from bench.report import STEPS, Result, cpu_table, log, ratio, redis_table, table
 
 # The process id keeps two benchmarks on one server out of each other's databases.
@@ -146,7 +146,9 @@ def pgbus_live(args: argparse.Namespace, label: str, *, inline: bool = True, wor
     engine = _engine(db, args.redis_url, inline)
     polls = 0
     try:
-        with Processes() as procs, psycopg.connect(db, autocommit=True) as poll, contextlib.ExitStack() as stack:
+        stacks: list[str] = []
+        with Processes(on_leftover=lambda pid: stacks.append(f"pid {pid}: {stack_of(pid)}")) as procs, \
+                psycopg.connect(db, autocommit=True) as poll, contextlib.ExitStack() as stack:
             for i in range(args.workers):
                 procs.start(pgbus_worker_argv(worker_class, burst=False),
                             env_for(db, args.redis_url, PGBUS_IMPORT=imports, **_mode(inline)),
@@ -192,6 +194,9 @@ def pgbus_live(args: argparse.Namespace, label: str, *, inline: bool = True, wor
             poll.close()
             engine.close()
             procs.stop()
+        if stacks:
+            res.notes.append(f"{len(stacks)} processes forked by the workers were still alive after their worker"
+                             " stopped (killed); what they were doing:\n" + "\n".join(stacks))
         after = settle_stats(args.server_url, DB_NAME)
         if not monitor:
             total = after - before - polls
