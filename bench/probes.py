@@ -8,6 +8,7 @@ Each in-process probe is a context manager that puts everything back on exit.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import shutil
 import subprocess
@@ -71,9 +72,11 @@ class PgCounter:
         real_execute, real_many = psycopg.Cursor.execute, psycopg.Cursor.executemany
         real_command, real_wait = cbase.BaseConnection._exec_command, psycopg.Connection.wait
 
+        in_block: set[int] = set()  # connections between our BEGIN and COMMIT / ROLLBACK
+
         def alone(cursor: Any) -> None:
             conn = cursor.connection
-            if conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            if conn.autocommit and id(conn) not in in_block:
                 counts["transactions"] += 1
 
         def execute(cursor: Any, *a: Any, **kw: Any) -> Any:
@@ -95,6 +98,9 @@ class PgCounter:
                 waiting[-1] = kind
             if kind == "BEGIN":
                 counts["transactions"] += 1
+                in_block.add(id(conn))
+            elif kind in ("COMMIT", "ROLLBACK"):
+                in_block.discard(id(conn))
             return real_command(conn, cmd, *a, **kw)
 
         def wait(conn: Any, *a: Any, **kw: Any) -> Any:
@@ -396,3 +402,86 @@ def stack_of(pid: int) -> str:
             return f"{cmd} (waiting in {fh.read()}; pip install py-spy for its Python stack)"
     except OSError as exc:
         return repr(exc)
+
+
+class TurnCounter:
+    """A TCP proxy on 127.0.0.1 in front of ``host:port`` that counts round trips: a turn is
+    counted each time a client sends after the server last answered it (or first). What a
+    client sends before reading an answer (a Redis pipeline, statements psycopg pipelines up
+    to a Sync) is one turn; each time it reads an answer before going on is another.
+
+    It adds a hop to every round trip: count through it, time without it.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        import selectors
+        import socket
+
+        self.upstream = (host, port)
+        self.turns = 0
+        self._listen = socket.create_server(("127.0.0.1", 0))
+        self._listen.setblocking(False)
+        self.port = self._listen.getsockname()[1]
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._listen, selectors.EVENT_READ, None)
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="turn-counter", daemon=True)
+
+    def _loop(self) -> None:
+        import selectors
+        import socket
+
+        last: dict[int, str] = {}  # id of the client socket -> who sent last
+        while not self._stop:
+            for key, _ in self._sel.select(0.2):
+                if key.data is None:
+                    client, _addr = self._listen.accept()
+                    server = socket.create_connection(self.upstream)
+                    for sock in (client, server):
+                        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    self._sel.register(client, selectors.EVENT_READ, (server, client, "client"))
+                    self._sel.register(server, selectors.EVENT_READ, (client, client, "server"))
+                    continue
+                sock, (other, client, side) = key.fileobj, key.data
+                try:
+                    data = sock.recv(65536)  # type: ignore[union-attr]
+                except OSError:
+                    data = b""
+                if not data:
+                    for s in (sock, other):
+                        with contextlib.suppress(KeyError, ValueError):
+                            self._sel.unregister(s)
+                        s.close()  # type: ignore[union-attr]
+                    last.pop(id(client), None)
+                    continue
+                if side == "client" and last.get(id(client)) != "client":
+                    self.turns += 1
+                last[id(client)] = side
+                other.sendall(data)
+
+    def __enter__(self) -> TurnCounter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop = True
+        self._thread.join(5)
+        for key in list(self._sel.get_map().values()):
+            with contextlib.suppress(OSError):
+                key.fileobj.close()  # type: ignore[union-attr]
+        self._sel.close()
+
+    def url(self, url: str) -> str:
+        """``url`` (postgresql:// or redis://) pointing at this proxy instead."""
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(url)
+        netloc = parts.netloc.rsplit("@", 1)
+        netloc[-1] = f"127.0.0.1:{self.port}"
+        return urlunsplit((parts.scheme, "@".join(netloc), parts.path, parts.query, parts.fragment))
+
+    def take(self) -> int:
+        """Turns so far (and zero them)."""
+        turns, self.turns = self.turns, 0
+        return turns
+

@@ -70,7 +70,7 @@ from bench.common import (
     settle_stats,
 )
 from bench.dbos_steps import dbos_child, dbos_run
-from bench.probes import CpuMeter, PgCounter, RedisMonitor, Timers, named_redis, stack_of
+from bench.probes import CpuMeter, PgCounter, RedisMonitor, Timers, TurnCounter, named_redis, stack_of
 from bench.report import STEPS, Result, cpu_table, log, ratio, redis_table, table
 
 # The process id keeps two benchmarks on one server out of each other's databases.
@@ -336,14 +336,102 @@ def in_process(args: argparse.Namespace, inline: bool, runs: int) -> dict[str, A
         flush_redis(args.redis_url)
 
 
+def _host_port(url: str, default: int) -> tuple[str, int]:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return parts.hostname or "127.0.0.1", parts.port or default
+
+
+def round_trips(args: argparse.Namespace, runs: int = 50) -> dict[str, Any]:
+    """Round trips (TCP turns, counted by a proxy in front of each server) to PostgreSQL and to
+    Redis: per start(), per step with inline continuation on and off (one in-process
+    SimpleWorker), and per job and per chain of the plain RQ chain. A burst worker's own
+    start-up and exit (measured on an empty queue) are taken off."""
+    from rq import Queue, SimpleWorker
+
+    from bench.chain import CHAIN_QUEUE
+    from bench.jobs import noop
+    from tests.workflows import FiveNoop
+
+    def drain(queues: list[Any], connection: Any) -> None:
+        SimpleWorker(queues, connection=connection).work(burst=True, logging_level="WARNING")
+
+    out: dict[str, Any] = {}
+    for inline in (True, False):
+        db = create_database(args.server_url, DB_NAME)
+        flush_redis(args.redis_url)
+        try:
+            with TurnCounter(*_host_port(args.server_url, 5432)) as pg, \
+                    TurnCounter(*_host_port(args.redis_url, 6379)) as rd:
+                engine = _engine(pg.url(db), rd.url(args.redis_url), inline)
+                try:
+                    queues = [engine.queue(n) for n in engine.queue_names()]
+                    engine.db.pool.wait()
+                    FiveNoop.start(-1)  # warm up: connections, imports
+                    drain(queues, engine.redis)
+                    pg.take(), rd.take()
+                    drain(queues, engine.redis)  # nothing to do: the worker's own turns
+                    idle_pg, idle_rd = pg.take(), rd.take()
+                    for i in range(runs):
+                        FiveNoop.start(i)
+                    start = {"pg": pg.take() / runs, "redis": rd.take() / runs}
+                    drain(queues, engine.redis)
+                    steps = runs * STEPS
+                    out["inline on" if inline else "inline off"] = {
+                        "start": start,
+                        "step": {"pg": (pg.take() - idle_pg) / steps, "redis": (rd.take() - idle_rd) / steps},
+                    }
+                finally:
+                    engine.close()
+        finally:
+            drop_database(args.server_url, DB_NAME)
+            flush_redis(args.redis_url)
+    with TurnCounter(*_host_port(args.redis_url, 6379)) as rd:
+        redis = named_redis(rd.url(args.redis_url))
+        try:
+            redis.flushdb()
+            queue = Queue(CHAIN_QUEUE, connection=redis)
+            drain([queue], redis)
+            rd.take()
+            drain([queue], redis)
+            idle = rd.take()
+            for i in range(runs):
+                parent = None
+                for s in range(STEPS):
+                    parent = queue.enqueue(noop, i, s, depends_on=parent, result_ttl=3600)
+            enqueue = rd.take() / runs
+            drain([queue], redis)
+            out["chain"] = {"start": {"redis": enqueue}, "step": {"redis": (rd.take() - idle) / (runs * STEPS)}}
+        finally:
+            redis.flushdb()
+            redis.close()
+    return out
+
+
 def _round_trips(label: str, d: dict[str, float], per: str) -> str:
     kinds = " + ".join(f"{d.get(k, 0):.2f} {k}" for k in ("BEGIN", "COMMIT", "SAVEPOINT", "ROLLBACK") if d.get(k))
     return (f"{label}: {d.get('statements', 0):.2f} statements + {kinds or 'no transaction commands'}"
             f" = {d.get('transactions', 0):.2f} transactions {per}")
 
 
+def print_round_trips(trips: dict[str, Any], runs: int) -> None:
+    print(f"\nround trips, counted by a TCP proxy in front of each server ({runs} runs, one in-process"
+          " SimpleWorker; a turn = the client sends after the server answered):")
+    print(f"  {'':<34}{'PostgreSQL':>11}{'Redis':>8}")
+    on = trips["inline on"]
+    print(f"  {'start()':<34}{on['start']['pg']:>11.2f}{on['start']['redis']:>8.2f}")
+    for name in ("inline on", "inline off"):
+        x = trips[name]["step"]
+        print(f"  {'each step, ' + name:<34}{x['pg']:>11.2f}{x['redis']:>8.2f}")
+    ch = trips["chain"]
+    print(f"  {'RQ chain: the enqueue of a chain':<34}{'-':>11}{ch['start']['redis']:>8.2f}")
+    print(f"  {'RQ chain: each job':<34}{'-':>11}{ch['step']['redis']:>8.2f}")
+    print("  (a burst worker's own start-up and exit, measured on an empty queue, taken off; no sweep runs here)")
+
+
 def print_in_process(modes: dict[str, dict[str, Any]], chain: tuple[float, int], runs: int) -> None:
-    print(f"\nPostgreSQL round trips, counted in process ({runs} runs, one in-process SimpleWorker):")
+    print(f"\nPostgreSQL statements, counted in process ({runs} runs, one in-process SimpleWorker):")
     first = next(iter(modes.values()))
     print("  " + _round_trips("start()", first["start"], "per start"))
     for name, m in modes.items():
@@ -410,6 +498,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=300, help="seconds each phase may take at most")
     parser.add_argument("--in-process-runs", type=int, default=300,
                         help="runs for the in-process round trips and breakdown (default 300)")
+    parser.add_argument("--round-trip-runs", type=int, default=50,
+                        help="runs (and chains) whose round trips a proxy counts (default 50)")
     parser.add_argument("--redis-runs", type=int, default=200,
                         help="runs (and chains) of the MONITOR phases counting Redis commands (default 200; 0: no)")
     parser.add_argument("--skip-fork", action="store_true", help="skip the forking-worker phases")
@@ -437,7 +527,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{os.cpu_count()} cores, {datetime.now().astimezone().isoformat(timespec='seconds')},"
               f" load average {os.getloadavg()[0]:.2f}, pgbus-flask at {git_revision()}")
 
-        log(f"in process: round trips and per-step breakdown ({args.in_process_runs} runs, inline on, off; chain)")
+        log(f"in process: statements and per-step breakdown ({args.in_process_runs} runs, inline on, off; chain),"
+            f" then round trips through a proxy ({args.round_trip_runs} runs)")
         modes = {"inline on": in_process(args, True, args.in_process_runs),
                  "inline off": in_process(args, False, args.in_process_runs)}
         redis = named_redis(args.redis_url)
@@ -447,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
             redis.flushdb()
             redis.close()
         start_xacts = modes["inline on"]["start"].get("transactions")
+        trips = round_trips(args, args.round_trip_runs)
 
         log("live: pgbus inline on, pgbus inline off, RQ chain (SimpleWorker)")
         on, on_lat = pgbus_live(args, "pgbus inline on, SimpleWorker", start_xacts=start_xacts)
@@ -521,6 +613,7 @@ def main(argv: list[str] | None = None) -> int:
         print(_latency("no worker running", idle_lat) + "   (target: p50 1 ms or less)")
         print(_latency(f"while {args.workers} workers run them, inline on", on_lat))
         print(_latency(f"while {args.workers} workers run them, inline off", off_lat))
+        print_round_trips(trips, args.round_trip_runs)
         print_in_process(modes, chain_ip, args.in_process_runs)
 
         if args.json:
@@ -528,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump({
                     "when": datetime.now().astimezone().isoformat(timespec="seconds"), "revision": git_revision(),
                     "runs": args.runs, "workers": args.workers, "results": [r.as_json() for r in results],
-                    "redis": [r.as_json() for r in sampled], "in_process": modes,
+                    "redis": [r.as_json() for r in sampled], "in_process": modes, "round_trips": trips,
                     "chain_in_process": {"ms_per_job": chain_ip[0], "left": chain_ip[1]},
                     "start_idle": {"p50": pct(idle_lat, 50), "p95": pct(idle_lat, 95), "max": max(idle_lat)},
                     "start_live_on": {"p50": pct(on_lat, 50), "p95": pct(on_lat, 95), "max": max(on_lat)},
