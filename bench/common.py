@@ -11,7 +11,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -84,11 +84,37 @@ def env_for(database_url: str, redis_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-class Processes:
-    """Worker processes started by a benchmark; all are killed on exit, whatever happens."""
+def descendants(pid: int) -> list[int]:
+    """Processes below ``pid`` now (read from /proc; empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
 
-    def __init__(self) -> None:
+
+class Processes:
+    """Worker processes started by a benchmark; all are killed on exit, whatever happens.
+
+    Their descendants too, even those in a process group of their own (an RQ horse calls
+    setpgrp): one still alive once its worker has stopped is handed to ``on_leftover``
+    (to look at it) before it is killed, and listed in ``leftovers``.
+    """
+
+    def __init__(self, on_leftover: Callable[[int], Any] | None = None) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.on_leftover = on_leftover
+        self.leftovers: list[int] = []
 
     def start(self, argv: Sequence[str], env: dict[str, str], log_path: str) -> subprocess.Popen[bytes]:
         log = open(log_path, "ab")  # noqa: SIM115
@@ -111,6 +137,7 @@ class Processes:
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM (RQ's warm shutdown) to each process group, then SIGKILL what is left."""
+        below = [pid for proc in self.procs if proc.poll() is None for pid in descendants(proc.pid)]
         for proc in self.procs:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -127,6 +154,14 @@ class Processes:
         for proc in self.procs:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
+        for pid in below:
+            if os.path.exists(f"/proc/{pid}") and not _zombie(pid):
+                self.leftovers.append(pid)
+                if self.on_leftover is not None:
+                    with contextlib.suppress(Exception):
+                        self.on_leftover(pid)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
         self.procs.clear()
 
     def __enter__(self) -> Processes:
@@ -134,6 +169,14 @@ class Processes:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 @contextlib.contextmanager
