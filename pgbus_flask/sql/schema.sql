@@ -255,7 +255,6 @@ $$;
 -- Runs by class and status, and paused runs by attention group: each change adds a row of +1/-1
 -- (no row two writers both update), and the sweep folds them into one row per key.
 CREATE TABLE pgbus_run_counts (
-    id               bigserial PRIMARY KEY,
     workflow_class   text NOT NULL,
     status           text NOT NULL,
     -- for paused runs: the attention group (current step, reason, error class or ''); '' otherwise
@@ -264,8 +263,8 @@ CREATE TABLE pgbus_run_counts (
     error_class      text NOT NULL DEFAULT '',
     runs             bigint NOT NULL
 );
-CREATE INDEX pgbus_run_counts_key
-    ON pgbus_run_counts (workflow_class, status, step, attention_reason, error_class);
+-- No key and no index: a change costs one heap insert, and every read and the fold read the whole
+-- table, which the sweep keeps at one row per key (plus the changes since the last sweep).
 
 -- Kept by triggers, so that every writer of a run row counts right: the runner, the retention
 -- sweep's DELETE, and a person's hand-made fix.
