@@ -1,36 +1,42 @@
 """Steps per second end to end: pgbus-flask (inline continuation on and off) beside a plain RQ
 chain and DBOS Transact, and what a step costs.
 
-    python -m bench.steps                     # 1,000 runs x 5 no-op steps, 2 workers (about 6 min)
+    python -m bench.steps                     # 1,000 runs x 5 no-op steps, 2 workers (about 10 min)
     python -m bench.steps --runs 200 --skip-fork --skip-burst --skip-dbos   # a quick look
 
-What it does, in one invocation, on one PostgreSQL server and one Redis database:
+What it does, in one invocation, on one PostgreSQL server and one Redis database, in order:
 
-* **in process** (first): one in-process ``SimpleWorker`` runs 300 ``FiveNoop`` runs with
-  inline continuation on, then off, then 300 plain RQ chains; the script counts every
-  statement and BEGIN / COMMIT / SAVEPOINT the starts and the steps send
-  (:class:`bench.probes.PgCounter`) and times the claim, the outcome, the enqueue and
-  RQ's work around the job (:class:`bench.probes.Timers`): the per-step breakdown.
-* **live**: 2 ``pgbus-worker`` processes (default worker class, i.e. RQ's SimpleWorker;
-  scheduler and sweep on as shipped) wait, with inline continuation on (as shipped) or
-  off (``PGBUS_INLINE_STEPS=0``); the script starts N runs (timing every ``start()``) and
-  polls the database until every run is finished. End to end = first run's
-  ``created_at`` to last run's ``finished_at`` (database clock). Transactions per step =
-  the database's ``xact_commit`` delta (the script's own polls taken off) / 5N, with the
-  starts, and without them (the starts' transactions, counted in process, taken off).
-  Then the same for 2 ``rq worker`` processes and N chains of 5 no-op jobs linked by
-  ``depends_on`` (``--maintenance-interval 1``, ``--worker-ttl 16``: an idle worker
-  runs maintenance every second), end to end = first job's ``created_at`` to last
-  job's ``ended_at``; and DBOS Transact (N 5-step workflows in one process, its system
-  database on the same PostgreSQL) when ``dbos`` is installed. CPU time of the workers,
-  the database's backends and the Redis server is read from /proc and INFO.
-* **Redis commands**: the live pairs again at ``--redis-runs`` runs with MONITOR on, counting
-  the commands the workers send per job (the benchmark's own enqueues counted apart).
-* ``start()`` latency with no worker running; optionally **burst** (runs enqueued first,
-  burst workers drain and exit: what is left is "unfinished") and **forking workers**.
+* **live** (first: these are the figures other processes disturb most): 2 ``pgbus-worker``
+  processes (default worker class, i.e. RQ's SimpleWorker; scheduler and sweep on as
+  shipped) wait, with inline continuation on (as shipped) or off (``PGBUS_INLINE_STEPS=0``);
+  the script starts N ``FiveNoop`` runs (timing every ``start()``) and polls the database
+  until every run is finished. End to end = first run's ``created_at`` to last run's
+  ``finished_at`` (database clock). Transactions per step = the database's ``xact_commit``
+  delta (the script's own polls taken off) / 5N, with the starts, and without them (the
+  starts' transactions, counted in process, taken off). Then the same for 2 ``rq worker``
+  processes and N chains of 5 no-op jobs linked by ``depends_on``
+  (``--maintenance-interval 1``, ``--worker-ttl 16``: an idle worker runs maintenance
+  every second), end to end = first job's ``created_at`` to last job's ``ended_at``; and
+  DBOS Transact (N 5-step workflows in one process, its system database on the same
+  PostgreSQL) when ``dbos`` is installed. CPU time of the workers, the database's
+  backends and the Redis server is read from /proc and INFO, with what every other
+  process on the machine spent meanwhile.
+* **in process**: one in-process ``SimpleWorker`` runs 300 runs with inline continuation
+  on, then off, then 300 plain RQ chains; the script counts every statement and BEGIN /
+  COMMIT / SAVEPOINT the starts and the steps send (:class:`bench.probes.PgCounter`) and
+  times the claim, the outcome, the enqueue and RQ's work around the job
+  (:class:`bench.probes.Timers`): the per-step breakdown. Then 50 runs (and chains) again
+  through a TCP proxy in front of each server that counts round trips
+  (:class:`bench.probes.TurnCounter`).
+* ``start()`` latency with no worker running.
+* **Redis commands**: the live phases again at ``--redis-runs`` runs with MONITOR on,
+  counting the commands the workers send per job (the benchmark's own counted apart).
+* optionally **burst** (runs enqueued first, burst workers drain and exit: what is left is
+  "unfinished") and **forking workers**.
 
 Every database and Redis key it makes is dropped/flushed at the end (its database names
-carry the process id); every process it starts is killed. Figures are printed, never asserted.
+carry the process id); every process it starts, and every process they fork, is killed.
+Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -132,11 +138,9 @@ def _pgbus_check(conn: psycopg.Connection[Any], runs: int) -> tuple[int, list[st
 
 
 def pgbus_live(args: argparse.Namespace, label: str, *, inline: bool = True, worker_class: str | None = None,
-               imports: str = "tests.workflows", monitor: bool = False,
-               start_xacts: float | None = None) -> tuple[Result, list[float]]:
-    """Workers up first, then N starts; poll until all finished. ``start_xacts``: transactions
-    one start() makes (counted in process), taken off for "steps only". With ``monitor`` the
-    workers' Redis commands are counted (and the timing is not comparable)."""
+               imports: str = "tests.workflows", monitor: bool = False) -> tuple[Result, list[float]]:
+    """Workers up first, then N starts; poll until all finished. With ``monitor`` the workers'
+    Redis commands are counted (and the timing is not comparable)."""
     from tests.workflows import FiveNoop
 
     db = create_database(args.server_url, DB_NAME)
@@ -201,8 +205,6 @@ def pgbus_live(args: argparse.Namespace, label: str, *, inline: bool = True, wor
         if not monitor:
             total = after - before - polls
             res.xacts_per_step = total / (args.runs * STEPS)
-            if start_xacts is not None:
-                res.xacts_steps_only = (total - start_xacts * args.runs) / (args.runs * STEPS)
     finally:
         engine.close()
         drop_database(args.server_url, DB_NAME)
@@ -527,6 +529,19 @@ def main(argv: list[str] | None = None) -> int:
               f"{os.cpu_count()} cores, {datetime.now().astimezone().isoformat(timespec='seconds')},"
               f" load average {os.getloadavg()[0]:.2f}, pgbus-flask at {git_revision()}")
 
+        # The live phases first: their figures are the ones other processes disturb most.
+        log("live: pgbus inline on, pgbus inline off, RQ chain (SimpleWorker)")
+        on, on_lat = pgbus_live(args, "pgbus inline on, SimpleWorker")
+        off, off_lat = pgbus_live(args, "pgbus inline off, SimpleWorker", inline=False)
+        ch = chain_live(args, "rq.worker.SimpleWorker", "RQ chain, SimpleWorker")
+        results = [on, off, ch]
+        pairs = [(on, ch), (off, ch)]
+        dbos = None
+        if not args.skip_dbos:
+            log("DBOS Transact")
+            dbos = dbos_run(args, DBOS_DB)
+            results.append(dbos)
+
         log(f"in process: statements and per-step breakdown ({args.in_process_runs} runs, inline on, off; chain),"
             f" then round trips through a proxy ({args.round_trip_runs} runs)")
         modes = {"inline on": in_process(args, True, args.in_process_runs),
@@ -537,20 +552,12 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             redis.flushdb()
             redis.close()
-        start_xacts = modes["inline on"]["start"].get("transactions")
         trips = round_trips(args, args.round_trip_runs)
-
-        log("live: pgbus inline on, pgbus inline off, RQ chain (SimpleWorker)")
-        on, on_lat = pgbus_live(args, "pgbus inline on, SimpleWorker", start_xacts=start_xacts)
-        off, off_lat = pgbus_live(args, "pgbus inline off, SimpleWorker", inline=False, start_xacts=start_xacts)
-        ch = chain_live(args, "rq.worker.SimpleWorker", "RQ chain, SimpleWorker")
-        results = [on, off, ch]
-        pairs = [(on, ch), (off, ch)]
-        dbos = None
-        if not args.skip_dbos:
-            log("DBOS Transact")
-            dbos = dbos_run(args, DBOS_DB)
-            results.append(dbos)
+        # "Steps only": the starts' transactions (counted in process) taken off.
+        start_xacts = modes["inline on"]["start"].get("transactions", 0.0)
+        for r in (on, off):
+            if r.xacts_per_step is not None:
+                r.xacts_steps_only = r.xacts_per_step - start_xacts / STEPS
 
         log("start() latency with no worker running")
         idle_lat = start_latency_idle(args)
@@ -581,14 +588,16 @@ def main(argv: list[str] | None = None) -> int:
             log("forking workers: pgbus PgbusForkWorker inline on, off, on with Flask imported; RQ chain Worker")
             fork = argparse.Namespace(**{**vars(args), "runs": min(args.fork_runs, args.runs)})
             fork_class = "pgbus_flask.worker.runner.PgbusForkWorker"
-            pf, _ = pgbus_live(fork, f"pgbus ForkWorker, inline on ({fork.runs})", worker_class=fork_class,
-                               start_xacts=start_xacts)
+            pf, _ = pgbus_live(fork, f"pgbus ForkWorker, inline on ({fork.runs})", worker_class=fork_class)
             pfo, _ = pgbus_live(fork, f"pgbus ForkWorker, inline off ({fork.runs})", worker_class=fork_class,
-                                inline=False, start_xacts=start_xacts)
+                                inline=False)
             # Flask imported in the worker before it forks: guards finding 1 of docs/benchmarks.md.
             pff, _ = pgbus_live(fork, f"pgbus ForkWorker, on, +flask ({fork.runs})", worker_class=fork_class,
-                                imports="tests.workflows,flask", start_xacts=start_xacts)
+                                imports="tests.workflows,flask")
             cf = chain_live(fork, "rq.worker.Worker", f"RQ chain, Worker (fork) ({fork.runs})")
+            for r in (pf, pfo, pff):
+                if r.xacts_per_step is not None:
+                    r.xacts_steps_only = r.xacts_per_step - start_xacts / STEPS
             results += [pf, pfo, pff, cf]
             pairs += [(pf, cf), (pfo, cf), (pff, cf)]
 
