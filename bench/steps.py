@@ -245,8 +245,8 @@ def pgbus_burst(args: argparse.Namespace, label: str, *, inline: bool = True) ->
     return res
 
 
-def start_latency_idle(args: argparse.Namespace) -> list[float]:
-    """N starts with no worker running."""
+def start_latency_idle(args: argparse.Namespace) -> tuple[list[float], float | None]:
+    """N starts with no worker running; and the cores other processes kept busy meanwhile."""
     from tests.workflows import FiveNoop
 
     db = create_database(args.server_url, DB_NAME)
@@ -257,15 +257,18 @@ def start_latency_idle(args: argparse.Namespace) -> list[float]:
         engine.db.pool.wait()
         for i in range(20):  # warm up: imports, pool, prepared statements
             FiveNoop.start(-i)
+        cpu = CpuMeter([], args.server_url, DB_NAME, args.redis_url)
+        cpu.start()
         for i in range(args.runs):
             t = time.perf_counter()
             FiveNoop.start(i)
             out.append(time.perf_counter() - t)
+        others = cpu.stop()["others_cores"]
     finally:
         engine.close()
         drop_database(args.server_url, DB_NAME)
         flush_redis(args.redis_url)
-    return out
+    return out, others
 
 
 # -- in process: round trips and the per-step breakdown ------------------------------------
@@ -304,9 +307,12 @@ def in_process(args: argparse.Namespace, inline: bool, runs: int) -> dict[str, A
                 timers.time("inline", "pgbus_flask.runner.inline", "continue_inline")
                 timers.time("enqueue", "pgbus_flask.engine", "Engine.send_step")
                 worker = SimpleWorker([engine.queue(n) for n in engine.queue_names()], connection=engine.redis)
+                cpu = CpuMeter([], args.server_url, DB_NAME, args.redis_url)
+                cpu.start()
                 t = time.perf_counter()
                 worker.work(burst=True, logging_level="WARNING")
                 total = time.perf_counter() - t
+                others = cpu.stop()["others_cores"]
             step = pg.reset()
         with psycopg.connect(db, autocommit=True) as conn:
             unfinished, _notes = _pgbus_check(conn, runs + 1)
@@ -330,6 +336,7 @@ def in_process(args: argparse.Namespace, inline: bool, runs: int) -> dict[str, A
             "claims_per_step": c["claim"] / steps,
             "unfinished": unfinished,
             "missing": timers.missing,
+            "others_cores": others,
         }
         return out
     finally:
@@ -448,22 +455,23 @@ def print_in_process(modes: dict[str, dict[str, Any]], chain: tuple[float, int],
         wait = 1000 * m["start"].get("wait_seconds", 0)
         print(f"  start() in process, {name} run: {x['total']:.2f} ms = waiting for PostgreSQL {wait:.2f} + enqueue"
               f" of the first step {x['enqueue']:.2f} + the rest (Python) {x['total'] - wait - x['enqueue']:.2f}")
-    print(f"\nper-step breakdown, ms per step ({runs} runs, one in-process SimpleWorker, no other process"
+    print(f"\nper-step breakdown, ms per step ({runs} runs, one in-process SimpleWorker, no worker process"
           " in the way):")
     print(f"  {'':<22}{'total':>7}{'RQ job':>8}{'claim tx':>9}{'outcome tx':>11}{'(inline':>8}{'enqueue':>8}"
-          f"{'other':>7}{'PG wait':>9}{'steps/s':>9}{'jobs/step':>10}")
+          f"{'other':>7}{'PG wait':>9}{'steps/s':>9}{'jobs/step':>10}{'others':>8}")
     for name, m in modes.items():
         x = m["ms"]
         print(f"  {'pgbus ' + name:<22}{x['total']:>7.2f}{x['rq']:>8.2f}{x['claim']:>9.2f}{x['outcome']:>11.2f}"
               f"{x['inline']:>7.2f}){x['enqueue']:>8.2f}{x['rest']:>7.2f}{x['pg_wait']:>9.2f}"
-              f"{1000 / x['total']:>9.0f}{m['jobs_per_step']:>10.2f}")
+              f"{1000 / x['total']:>9.0f}{m['jobs_per_step']:>10.2f}"
+              f"{m['others_cores'] if m['others_cores'] is not None else float('nan'):>8.2f}")
     print(f"  {'RQ chain job':<22}{chain[0]:>7.2f}{chain[0]:>8.2f}{'':>52}{1000 / chain[0]:>9.0f}{1:>10.2f}"
           f"   ({chain[1]} of {runs * STEPS} jobs left unrun by its burst)")
     print("  RQ job: the worker's work around each job (dequeue, job bookkeeping in Redis), per step;"
           " claim tx: a job's first claim; outcome tx: the outcome transaction, the inline claim of the next"
           " step included (its CTE in brackets), the enqueue after commit taken off; other: the rest of the"
           " step job (pgbus's Python, the step's code); PG wait: all time spent waiting for PostgreSQL's"
-          " answers (part of claim and outcome).")
+          " answers (part of claim and outcome); others: cores other processes kept busy meanwhile.")
     for name, m in modes.items():
         if m["missing"]:
             print(f"  {name}: not timed (the engine has no {', '.join(m['missing'])})")
@@ -560,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
                 r.xacts_steps_only = r.xacts_per_step - start_xacts / STEPS
 
         log("start() latency with no worker running")
-        idle_lat = start_latency_idle(args)
+        idle_lat, idle_others = start_latency_idle(args)
 
         sampled: list[Result] = []
         if args.redis_runs:
@@ -619,7 +627,8 @@ def main(argv: list[str] | None = None) -> int:
         redis_table(sampled)
 
         print()
-        print(_latency("no worker running", idle_lat) + "   (target: p50 1 ms or less)")
+        print(_latency("no worker running", idle_lat) + f"   (target: p50 1 ms or less; other processes kept"
+              f" {idle_others if idle_others is not None else float('nan'):.2f} cores busy meanwhile)")
         print(_latency(f"while {args.workers} workers run them, inline on", on_lat))
         print(_latency(f"while {args.workers} workers run them, inline off", off_lat))
         print_round_trips(trips, args.round_trip_runs)
@@ -632,7 +641,8 @@ def main(argv: list[str] | None = None) -> int:
                     "runs": args.runs, "workers": args.workers, "results": [r.as_json() for r in results],
                     "redis": [r.as_json() for r in sampled], "in_process": modes, "round_trips": trips,
                     "chain_in_process": {"ms_per_job": chain_ip[0], "left": chain_ip[1]},
-                    "start_idle": {"p50": pct(idle_lat, 50), "p95": pct(idle_lat, 95), "max": max(idle_lat)},
+                    "start_idle": {"p50": pct(idle_lat, 50), "p95": pct(idle_lat, 95), "max": max(idle_lat),
+                                   "others_cores": idle_others},
                     "start_live_on": {"p50": pct(on_lat, 50), "p95": pct(on_lat, 95), "max": max(on_lat)},
                     "start_live_off": {"p50": pct(off_lat, 50), "p95": pct(off_lat, 95), "max": max(off_lat)},
                     "load_end": os.getloadavg(),
