@@ -1,7 +1,7 @@
 """Steps per second end to end: pgbus-flask (inline continuation on and off) beside a plain RQ
 chain and DBOS Transact, and what a step costs.
 
-    python -m bench.steps                     # 1,000 runs x 5 no-op steps, 2 workers (about 10 min)
+    python -m bench.steps                     # 1,000 runs x 5 no-op steps, 2 workers (about 8 min)
     python -m bench.steps --runs 200 --skip-fork --skip-burst --skip-dbos   # a quick look
 
 What it does, in one invocation, on one PostgreSQL server and one Redis database, in order:
