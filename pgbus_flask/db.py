@@ -7,12 +7,14 @@ forking worker) the child opens its own pool: no connection crosses a fork.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -85,9 +87,13 @@ def _first_line(exc: BaseException) -> str:
 class Transaction:
     """One ``bus.transaction()`` block: its connection and its after-commit callbacks."""
 
-    def __init__(self, database: Database, conn: psycopg.Connection[Any], parent: Transaction | None) -> None:
+    def __init__(self, database: Database, conn: psycopg.Connection[Any], parent: Transaction | None, *,
+                 begin_pending: bool = False) -> None:
         self.database = database
-        self.conn = conn
+        self._conn = conn
+        #: True while a block opened with ``pipeline=True`` has not sent its BEGIN yet: the first
+        #: :meth:`query` sends it with its own statement, in one round trip.
+        self._begin_pending = begin_pending
         self.parent = parent
         self._callbacks: list[Callable[[], Any]] = []
         #: PostgreSQL's now() for this transaction, once something asked for it.
@@ -95,6 +101,24 @@ class Transaction:
         #: Rows kept to be written by kind, in one statement, just before COMMIT.
         self.buffered: dict[str, list[Any]] = {}
         self._flushers: dict[str, Callable[[psycopg.Connection[Any], list[Any]], Any]] = {}
+
+    @property
+    def conn(self) -> psycopg.Connection[Any]:
+        """The block's connection, inside its transaction (a pending BEGIN is sent first)."""
+        if self._begin_pending:
+            self._begin_pending = False
+            self._conn.execute("BEGIN")
+        return self._conn
+
+    def query(self, sql: Any, params: Any = None) -> psycopg.Cursor[Any]:
+        """Run a statement (rows as dicts); with a BEGIN still pending, both go in one round trip."""
+        if not self._begin_pending:
+            return self._conn.cursor(row_factory=dict_row).execute(sql, params)
+        self._begin_pending = False
+        with self._conn.pipeline():
+            self._conn.execute("BEGIN")
+            cursor = self._conn.cursor(row_factory=dict_row).execute(sql, params)
+        return cursor
 
     def buffer(self, kind: str, row: Any, flush: Callable[[psycopg.Connection[Any], list[Any]], Any]) -> None:
         """Keep ``row`` to be written with the others of its ``kind`` by ``flush(conn, rows)``
@@ -142,6 +166,7 @@ class Database:
         self._pool: ConnectionPool | None = None
         self._pid = 0
         self._lock = threading.Lock()
+        _DATABASES.add(self)
 
     @property
     def pool(self) -> ConnectionPool:
@@ -224,10 +249,9 @@ class Database:
             the application's transaction on it: the application's own writes
             in the block commit or roll back with the workflow rows.
         :param pipeline: when the block is the outermost one on a pooled connection,
-            run it in psycopg's pipeline mode: BEGIN, the statements whose results
-            nobody fetches yet, and COMMIT travel together (an error then surfaces at
-            the next fetch or at COMMIT). Ignored for savepoints and the application's
-            connection.
+            its BEGIN travels with its first :meth:`Transaction.query` and its kept rows
+            with its COMMIT, each in one round trip (psycopg's pipeline mode). Ignored for
+            savepoints and the application's connection.
         """
         outer = _current.get()
         if outer is not None and outer.database is self and (conn is None or conn is outer.conn):
@@ -256,7 +280,44 @@ class Database:
     def joined(self, tx: Transaction) -> Iterator[None]:
         """Make ``tx`` (a block on a connection whose transaction someone else commits: a
         SQLAlchemy session's, see pgbus_flask.orm) the current one, with the errors translated."""
-        token = _current.set(tx)
+        with self._translated(), self._current_is(tx):
+            yield
+
+    @contextmanager
+    def _outermost(self, conn: psycopg.Connection[Any], *, pipeline: bool = False) -> Iterator[Transaction]:
+        if pipeline:
+            with self._pipelined(conn) as tx:
+                yield tx
+            return
+        tx = Transaction(self, conn, None)
+        with self._translated(), self._current_is(tx):
+            with conn.transaction():
+                yield tx
+                tx._flush()
+        self._run_callbacks(tx)
+
+    @contextmanager
+    def _pipelined(self, conn: psycopg.Connection[Any]) -> Iterator[Transaction]:
+        """An outermost block on a pooled (autocommit) connection whose BEGIN travels with its first
+        statement (:meth:`Transaction.query`) and whose kept rows travel with its COMMIT."""
+        tx = Transaction(self, conn, None, begin_pending=True)
+        with self._translated(), self._current_is(tx):
+            try:
+                yield tx
+                if not tx._begin_pending:  # nothing was sent: nothing to commit
+                    with conn.pipeline():
+                        tx._flush()
+                        conn.execute("COMMIT")
+            except BaseException:
+                if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                    with contextlib.suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
+                raise
+        self._run_callbacks(tx)
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        """psycopg's errors as the library's (:func:`translate`) where it has one for them."""
         try:
             yield
         except (psycopg.OperationalError, psycopg.DataError, psycopg.errors.UndefinedTable,
@@ -265,30 +326,37 @@ class Database:
             if translated is None:
                 raise
             raise translated from exc
+
+    @contextmanager
+    def _current_is(self, tx: Transaction) -> Iterator[None]:
+        token = _current.set(tx)
+        try:
+            yield
         finally:
             _current.reset(token)
 
-    @contextmanager
-    def _outermost(self, conn: psycopg.Connection[Any], *, pipeline: bool = False) -> Iterator[Transaction]:
-        tx = Transaction(self, conn, None)
-        token = _current.set(tx)
-        try:
-            with conn.pipeline() if pipeline else nullcontext(), conn.transaction():
-                yield tx
-                tx._flush()
-        except (psycopg.OperationalError, psycopg.DataError, psycopg.errors.UndefinedTable,
-                psycopg.errors.UndefinedColumn) as exc:
-            translated = translate(exc)
-            if translated is None:
-                raise
-            raise translated from exc
-        finally:
-            _current.reset(token)
+    @staticmethod
+    def _run_callbacks(tx: Transaction) -> None:
         for callback in tx._callbacks:
             try:
                 callback()
             except Exception:
                 log.exception("pgbus after-commit callback %r failed", callback)
+
+
+#: Every Database of this process, so that a forked child gets unheld locks (below).
+_DATABASES: weakref.WeakSet[Database] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # A fork while another thread (the sweep's, opening the pool) held a Database's lock would
+    # leave it held forever in the child: a forking worker's horse then hangs on its first query.
+    for database in list(_DATABASES):
+        database._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def current_transaction() -> Transaction | None:

@@ -86,8 +86,7 @@ def claim_attempt(engine: Engine, step_id: int, job_id: str | None) -> Claim | N
     """scheduled -> in_progress for a due step of a ready run; None makes the job a no-op."""
     with engine.db.transaction(pipeline=True) as tx:
         # The run's row lock, the step's name and now(), in one round trip.
-        run = _q(
-            tx.conn,
+        run = tx.query(
             "SELECT w.*, s.step_name AS claim_step, now() AS tx_now FROM pgbus_workflows w"
             " JOIN pgbus_workflow_steps s ON s.workflow_id = w.workflow_id AND s.id = %s FOR UPDATE OF w",
             (step_id,),

@@ -76,8 +76,7 @@ def lock_run(tx: Transaction, workflow_id: Any, *, attempt: int | None = None) -
     The same round trip reads the transaction's now() and, given ``attempt``, that step
     row's status (as ``attempt_status``).
     """
-    row = _q(
-        tx.conn,
+    row = tx.query(
         "SELECT w.*, now() AS tx_now, (SELECT status FROM pgbus_workflow_steps WHERE id = %s) AS attempt_status"
         " FROM pgbus_workflows w WHERE w.workflow_id = %s FOR UPDATE",
         (attempt, workflow_id),

@@ -129,18 +129,23 @@ _FIRST = "SELECT * FROM pgbus_workflow_steps WHERE workflow_id = %s"
 
 
 def _start_alone(engine: Engine, klass: type[Workflow], values: dict[str, Any]) -> Started:
-    """start() in a transaction of its own: BEGIN, the insert, the read of the step and
-    COMMIT travel in one round trip (pipeline mode); the step is sent once it committed."""
-    try:
-        with engine.db.transaction(pipeline=True) as tx:
-            run_cursor = _q(tx.conn, _START, values)
-            first_cursor = _q(tx.conn, _FIRST, (values["wid"],))
-    except psycopg.errors.UniqueViolation:
-        with engine.db.connection() as conn:
-            raise _conflict(conn, klass, values["stype"], values["sid"]) from None
-    run, first = run_cursor.fetchone(), first_cursor.fetchone()
-    if run is None:
-        with engine.db.connection() as conn:
+    """start() in a transaction of its own: BEGIN, the insert, the read of the step and COMMIT
+    travel in one round trip (psycopg's pipeline mode); the step is sent once it committed."""
+    with engine.db.connection() as conn:  # pooled, in autocommit: BEGIN and COMMIT are ours to send
+        try:
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                run_cursor = _q(conn, _START, values)
+                first_cursor = _q(conn, _FIRST, (values["wid"],))
+                conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")
+            if isinstance(exc, psycopg.errors.UniqueViolation):
+                raise _conflict(conn, klass, values["stype"], values["sid"]) from None
+            raise
+        run, first = run_cursor.fetchone(), first_cursor.fetchone()
+        if run is None:
             return Started(_existing(conn, klass, values["key"]), None, None, None)
     send(engine, klass, first)
     return Started(values["wid"], run, first, klass)
