@@ -178,12 +178,7 @@ def _expired_waits(engine: Engine, report: SweepReport) -> None:
 def timed_out(engine: Engine, tx: Transaction, run: runner.Row, step: runner.Row) -> bool:
     """Apply a waiting step's ``on_timeout``: fail (WaitTimedOut), skip, or continue without a signal."""
     klass = runner.load_class(engine, run["workflow_class"])
-    spec = None
-    if klass is not None:
-        try:
-            spec = klass.step_spec(step["step_name"])
-        except Exception:
-            spec = None
+    spec = runner.spec_of(klass, step["step_name"])
     on_timeout = spec.on_timeout if spec else "fail"
     wid = run["workflow_id"]
     runner.record_event(tx, wid, "wait_timed_out", "system", step=step,

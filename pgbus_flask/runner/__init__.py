@@ -47,6 +47,7 @@ from .rows import (
     move_run,
     move_step,
     record_event,
+    spec_of,
     worker_name,
 )
 from .scheduling import _send_after_commit, advance, next_send, resend_lost, resend_step, schedule_step, step_job_id
@@ -61,6 +62,6 @@ __all__ = [
     "claim_attempt", "completed_outputs", "error_name", "fail_attempt", "finish_batch", "latest_step",
     "load_class", "lock_run", "move_run", "move_step", "next_send", "open_batch", "park_on_signal", "pause",
     "record_child", "record_event", "record_outcome", "rerun", "reschedule", "resend_lost", "resend_step", "resume",
-    "resume_at", "resume_plan", "run_attempt", "run_now", "schedule_step", "send_signal", "skip", "start",
+    "resume_at", "resume_plan", "run_attempt", "run_now", "schedule_step", "send_signal", "skip", "spec_of", "start",
     "step_job_id", "worker_name",
 ]

@@ -7,9 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import states
 from ..db import Transaction
-from ..definition import StepSpec
-from ..errors import StepNotDefined
-from .rows import Row, _cancel_open_steps, _consume_signal_of, _now, move_run, move_step, record_event
+from .rows import Row, _cancel_open_steps, _consume_signal_of, _now, move_run, move_step, record_event, spec_of
 from .scheduling import advance, schedule_step
 
 if TYPE_CHECKING:
@@ -24,12 +22,7 @@ def fail_attempt(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow
     The policy acts only on a run that is still going (running or waiting);
     a paused run just keeps the failure, and resume retries the step.
     """
-    spec: StepSpec | None = None
-    if klass is not None:
-        try:
-            spec = klass.step_spec(step["step_name"])
-        except StepNotDefined:
-            spec = None
+    spec = spec_of(klass, step["step_name"])
     policy = spec.on_error if spec else "pause"
     active = run["status"] in ("running", "waiting")
     outcome = "failed"

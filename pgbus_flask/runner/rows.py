@@ -21,8 +21,8 @@ from psycopg.types.json import Jsonb
 
 from .. import attention, payload, states
 from ..db import Transaction
-from ..definition import registered
-from ..errors import InvalidInput, UnknownWorkflow, WorkflowNotFound
+from ..definition import StepSpec, registered
+from ..errors import InvalidInput, StepNotDefined, UnknownWorkflow, WorkflowNotFound
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -154,6 +154,16 @@ def _write_events(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) ->
         + (attention.REFRESH_ONE if one else attention.REFRESH),  # the runs' attention columns, same round trip
         [*(value for row in rows for value in row), runs[0] if one else runs],
     )
+
+
+def spec_of(klass: type[Workflow] | None, step_name: str) -> StepSpec | None:
+    """The step's declaration, or None when the class is not importable here or no longer has it."""
+    if klass is None:
+        return None
+    try:
+        return klass.step_spec(step_name)
+    except StepNotDefined:
+        return None
 
 
 def load_class(engine: Engine, name: str) -> type[Workflow] | None:

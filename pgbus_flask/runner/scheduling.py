@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import attention, states
 from ..db import Transaction
-from ..definition import StepSpec
-from ..errors import StepNotDefined, UnknownWorkflow
-from .rows import Row, _now, _q, load_class, move_run, record_event
+from ..errors import UnknownWorkflow
+from .rows import Row, _now, _q, load_class, move_run, record_event, spec_of
 
 if TYPE_CHECKING:
     from ..engine import Engine, StepJob
@@ -26,12 +25,7 @@ if TYPE_CHECKING:
 
 def _route(engine: Engine, klass: type[Workflow] | None, step_name: str) -> tuple[str, bool, timedelta]:
     """Queue, at-front and timeout of a step's job: the step's options, then the class's, then the settings'."""
-    spec: StepSpec | None = None
-    if klass is not None:
-        try:
-            spec = klass.step_spec(step_name)
-        except StepNotDefined:
-            spec = None
+    spec = spec_of(klass, step_name)
     queue = (spec.queue if spec else None) or (klass.queue if klass else None) or engine.settings.queue
     priority = (spec.priority if spec and spec.priority is not None else None)
     if priority is None and klass is not None:
