@@ -99,11 +99,22 @@ def app(clean: None, pg_url: str, redis_url: str, request: pytest.FixtureRequest
     engine_module._default = None
 
 
-def work(engine: Engine, queues: list[str] | None = None) -> bool:
-    """Run every queued job in this process until the queues are empty."""
+class CountingWorker(SimpleWorker):
+    """RQ's SimpleWorker, counting the jobs it ran (with inline continuation a job runs several steps)."""
+
+    performed = 0
+
+    def perform_job(self, *args: Any, **kwargs: Any) -> bool:
+        self.performed += 1
+        return super().perform_job(*args, **kwargs)
+
+
+def work(engine: Engine, queues: list[str] | None = None) -> int:
+    """Run every queued job in this process until the queues are empty; how many jobs RQ ran."""
     names = queues or engine.queue_names()
-    worker = SimpleWorker([engine.queue(n) for n in names], connection=engine.redis)
-    return worker.work(burst=True, logging_level="WARNING")
+    worker = CountingWorker([engine.queue(n) for n in names], connection=engine.redis)
+    worker.work(burst=True, logging_level="WARNING")
+    return worker.performed
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -13,29 +13,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from rq import SimpleWorker
 
 from pgbus_flask import Workflow, jobs, step, sweep
 from pgbus_flask.engine import Engine
 from pgbus_flask.handle import Run
 
+from .conftest import work as run_jobs
 from .workflows import FiveNoop
-
-
-class CountingWorker(SimpleWorker):
-    performed = 0
-
-    def perform_job(self, *args: Any, **kwargs: Any) -> bool:
-        self.performed += 1
-        return super().perform_job(*args, **kwargs)
-
-
-def run_jobs(engine: Engine, queues: list[str] | None = None) -> int:
-    """Run every queued job in this process until the queues are empty; how many RQ ran."""
-    names = queues or engine.queue_names()
-    worker = CountingWorker([engine.queue(n) for n in names], connection=engine.redis)
-    worker.work(burst=True, logging_level="WARNING")
-    return worker.performed
 
 
 def attempts(run: Run) -> list[tuple[str, int, str]]:

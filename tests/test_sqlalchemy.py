@@ -22,7 +22,7 @@ from pgbus_flask.engine import Engine
 from pgbus_flask.handle import Run
 
 from .conftest import settings_for
-from .test_inline import run_jobs
+from .conftest import work as run_jobs
 
 
 class Base(DeclarativeBase):

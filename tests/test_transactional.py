@@ -20,8 +20,8 @@ from pgbus_flask.engine import Engine
 from pgbus_flask.errors import DefinitionError
 from pgbus_flask.handle import Run
 
+from .conftest import work as run_jobs
 from .proc_workflows import ChargesOrder
-from .test_inline import run_jobs
 
 
 @pytest.fixture(params=["sqlalchemy", "psycopg"])
