@@ -80,8 +80,19 @@ class PgCounter:
                 counts["transactions"] += 1
 
         def execute(cursor: Any, *a: Any, **kw: Any) -> Any:
-            counts["statements"] += 1
-            alone(cursor)
+            query = a[0] if a else kw.get("query")
+            kind = _command_kind(query) if isinstance(query, (str, bytes)) else "OTHER"
+            if kind == "OTHER" or kind == "SAVEPOINT":
+                counts["statements" if kind == "OTHER" else kind] += 1
+                alone(cursor)
+            else:  # BEGIN / COMMIT / ROLLBACK sent as statements (pgbus's pipelined transactions)
+                counts[kind] += 1
+                conn = id(cursor.connection)
+                if kind == "BEGIN":
+                    counts["transactions"] += 1
+                    in_block.add(conn)
+                else:
+                    in_block.discard(conn)
             return real_execute(cursor, *a, **kw)
 
         def executemany(cursor: Any, *a: Any, **kw: Any) -> Any:
