@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
+
+from .messages import Coded
 
 
 class PgbusError(Exception):
@@ -65,12 +68,12 @@ class WorkflowNotFound(PgbusError):
         super().__init__(f"no workflow run with id {workflow_id}")
 
 
-class UnknownWorkflow(PgbusError):
+class UnknownWorkflow(Coded, PgbusError):
     """No workflow class is registered under this name."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        super().__init__(f"workflow class {name!r} is not registered here (is its module in PGBUS_IMPORT?)")
+        super().__init__(self._coded("unknown_workflow", workflow=name))
 
 
 class DefinitionError(PgbusError):
@@ -109,14 +112,15 @@ class ActionNotAllowed(PgbusError):
         super().__init__(f"cannot {action} a {status} run{extra}; allowed now: {listed}")
 
 
-class StepNotDefined(PgbusError):
+class StepNotDefined(Coded, PgbusError):
     """A verb names a step the workflow class does not have (any longer)."""
 
     def __init__(self, workflow_class: str, step_name: str, known: Iterable[str] = ()) -> None:
         self.workflow_class = workflow_class
         self.step_name = step_name
         names = ", ".join(known)
-        super().__init__(f"{workflow_class} has no step {step_name!r}" + (f" (steps: {names})" if names else ""))
+        super().__init__(self._coded("unknown_step_known", workflow=workflow_class, step=step_name, known=names)
+                         if names else self._coded("unknown_step", workflow=workflow_class, step=step_name))
 
 
 class SignalRefused(InvalidInput):
@@ -129,13 +133,36 @@ class SignalRefused(InvalidInput):
         self.problem = message
 
 
-class StepStalled(PgbusError):
+class StepStalled(Coded, PgbusError):
     """The attempt ran past its stall deadline (its worker probably died)."""
 
+    def __init__(self, attempt: int, step: str, worker: str | None, deadline: datetime) -> None:
+        super().__init__(self._coded("step_stalled", attempt=attempt, step=step, worker=worker,
+                                     deadline_at=deadline))
 
-class WaitTimedOut(PgbusError):
+
+class WaitTimedOut(Coded, PgbusError):
     """The step waited longer than its ``wait_timeout`` for its signal."""
 
+    def __init__(self, signal: str | None, deadline: datetime) -> None:
+        super().__init__(self._coded("wait_timed_out", signal=signal, deadline_at=deadline) if signal
+                         else self._coded("wait_timed_out_any", deadline_at=deadline))
 
-class ChildJobFailed(PgbusError):
+
+class ChildJobFailed(Coded, PgbusError):
     """A fan-out child job failed, and the step fails with it."""
+
+    def __init__(self, failed: int, total: int, first: tuple[int, str | None, str | None] | None) -> None:
+        if first is None:
+            text = self._coded("children_failed_unknown", failed=failed, total=total)
+        else:
+            text = self._coded("children_failed", failed=failed, total=total, position=first[0],
+                               error_class=first[1], error=first[2])
+        super().__init__(text)
+
+
+class ChildLost(Coded, PgbusError):
+    """A fan-out child's job ended in RQ without recording its result (its worker probably died)."""
+
+    def __init__(self, job: str, status: str) -> None:
+        super().__init__(self._coded("child_lost", job=job, status=status))

@@ -131,6 +131,8 @@ class AttentionGroup:
     first_seen_at: datetime | None
     last_seen_at: datetime | None
     error_message: str | None
+    error_code: str | None = None  # an engine message's code and parameters (pgbus_flask.messages)
+    error_params: dict[str, Any] | None = None
 
     def key(self) -> dict[str, Any]:
         return {"workflow_class": self.workflow_class, "step_name": self.step_name, "reason": self.reason,
@@ -182,7 +184,7 @@ def attention_groups(engine: Engine, workflow_class: str | None = None, *, limit
                                ORDER BY w.id DESC LIMIT 1) newest ON TRUE
         )
         SELECT g.workflow_class, g.step_name, g.reason, g.error_class, g.runs, g.first_seen_at, g.last_seen_at,
-               s.error_message
+               s.error_message, s.error_code, s.error_params
         FROM groups g LEFT JOIN pgbus_workflow_steps s ON s.id = g.step_id
         ORDER BY g.runs DESC, g.last_seen_at DESC NULLS LAST, g.workflow_class, g.step_name
         LIMIT %(limit)s

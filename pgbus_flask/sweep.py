@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from . import attention, runner, states
+from . import attention, messages, runner
 from .db import Transaction
 from .engine import Engine
-from .errors import StepStalled, WaitTimedOut, WorkflowNotFound
+from .errors import ChildLost, StepStalled, WaitTimedOut, WorkflowNotFound
 from .rq_state import DIED, LIVE, job_statuses
 
 log = logging.getLogger("pgbus_flask")
@@ -129,13 +129,11 @@ def _stalled(engine: Engine, report: SweepReport) -> None:
                                       " AND stall_at < now()", (step_id,)).fetchone()
             if step is None:
                 continue
-            exc = StepStalled(f"attempt {step['attempt']} of {step['step_name']} on {step['worker']} passed its "
-                              f"stall deadline {step['stall_at'].isoformat()} without an outcome")
+            exc = StepStalled(step["attempt"], step["step_name"], step["worker"], step["stall_at"])
             runner.record_event(tx, workflow_id, "stall_detected", "system", step=step,
                                 details={"worker": step["worker"], "stall_at": step["stall_at"]})
             klass = runner.load_class(engine, run["workflow_class"])
-            runner.fail_attempt(engine, tx, run, klass, step, {"error_class": states.STALLED_ERROR,
-                                                               "error_message": str(exc), "backtrace": None},
+            runner.fail_attempt(engine, tx, run, klass, step, runner.error_columns(exc, trace=False),
                                 actor="system")
             report.stalled += 1
 
@@ -186,7 +184,8 @@ def timed_out(engine: Engine, tx: Transaction, run: runner.Row, step: runner.Row
     if on_timeout == "skip" and klass is not None:
         skipped = runner.move_step(tx.conn, step["id"], ["waiting"], "skipped", finished_at=runner._now(tx),
                                    outcome="timed_out")
-        runner.record_event(tx, wid, "step_skipped", "system", reason="wait timed out", step=skipped)
+        runner.record_event(tx, wid, "step_skipped", "system", reason=messages.english("wait_timed_out_skipped", {}),
+                            step=skipped, details={"message_code": "wait_timed_out_skipped", "message_params": {}})
         runner.advance(engine, tx, run, klass, step["step_name"], actor="system")
     elif on_timeout == "continue" and klass is not None:
         woken = runner.move_step(tx.conn, step["id"], ["waiting"], "scheduled", wait_timed_out=True,
@@ -195,9 +194,8 @@ def timed_out(engine: Engine, tx: Transaction, run: runner.Row, step: runner.Row
         if woken is not None:
             runner._send_after_commit(engine, tx, klass, woken)
     else:
-        exc = WaitTimedOut(f"no {spec.wait_for if spec else 'signal'} signal by {step['timeout_at'].isoformat()}")
-        runner.fail_attempt(engine, tx, run, klass, step, {"error_class": states.WAIT_TIMEOUT_ERROR,
-                                                           "error_message": str(exc), "backtrace": None},
+        exc = WaitTimedOut(spec.wait_for if spec else None, step["timeout_at"])
+        runner.fail_attempt(engine, tx, run, klass, step, runner.error_columns(exc, trace=False),
                             actor="system", open_from=("waiting",))
     return True
 
@@ -213,8 +211,7 @@ def _lost_children(engine: Engine, report: SweepReport) -> None:
     for batch_id, position, job_id, queue in rows:
         status = statuses.get(job_id)
         if status in DIED:
-            lost = ChildLost(f"child job {job_id} ended as {status.value} in RQ without recording a result"
-                             " (its worker probably died)")
+            lost = ChildLost(job_id, status.value)
             if runner.record_child(engine, batch_id, position, error=lost):
                 report.children_failed += 1
         elif status not in LIVE:  # gone from Redis, or finished without recording (never, but resend)
@@ -230,10 +227,6 @@ def _lost_children(engine: Engine, report: SweepReport) -> None:
                 report.children_resent += 1
     for (batch_id, queue), children in resend.items():
         engine.send_children(batch_id, queue, children)
-
-
-class ChildLost(Exception):
-    """A fan-out child's job ended in RQ without recording its result."""
 
 
 def _retention(engine: Engine, report: SweepReport) -> None:

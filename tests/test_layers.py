@@ -17,6 +17,7 @@ PACKAGE = Path(pgbus_flask.__file__).parent
 #: Lowest first. A module may import modules of its own layer's lower entries and of every
 #: layer below; within the runner package its own order is checked separately.
 LAYERS: list[set[str]] = [
+    {"messages"},  # the engine's own messages as codes: imports nothing of pgbus
     {"errors", "states"},
     {"config", "payload"},
     {"logs", "db", "attention", "rq_state"},

@@ -709,7 +709,7 @@ def test_fan_out_child_whose_worker_died_is_recorded_failed(engine: Engine, pg_u
     report = sweep(engine)
     assert report.children_failed == 1 and report.children_resent == 0, report
     lost = rows(engine, "SELECT * FROM pgbus_batch_children WHERE batch_id = %s AND position = 0", (batch["id"],))[0]
-    assert (lost["status"], lost["error_class"]) == ("failed", "pgbus_flask.sweep.ChildLost")
+    assert (lost["status"], lost["error_class"]) == ("failed", "pgbus_flask.errors.ChildLost")
     assert sweep(engine).children_failed == 0  # recorded once
     assert queue.count == 3  # the queued children were left alone
 

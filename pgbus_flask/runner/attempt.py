@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .. import orm, payload, states
+from .. import messages, orm, payload, states
 from ..db import Transaction
 from ..definition import FanOut, PauseRequested, ReattemptRequested, ReceivedSignal, StepSpec
 from ..errors import ArgumentsNotSerializable, DatabaseError, DatabaseUnavailable, StepNotDefined, UnknownWorkflow
@@ -25,9 +24,10 @@ from .rows import (
     _q,
     _set_now,
     cap,
-    error_name,
+    error_columns,
     load_class,
     lock_run,
+    message_details,
     move_run,
     move_step,
     record_event,
@@ -131,12 +131,15 @@ def claim_attempt(engine: Engine, step_id: int, job_id: str | None) -> Claim | N
         if problem is not None or klass is None or spec is None:
             # Nothing here can run this step: record why and pause for a person.
             assert problem is not None
+            error = error_columns(problem, trace=False)
             step = move_step(tx.conn, step_id, ["in_progress"], "failed", finished_at=_now(tx), outcome="failed",
-                             error_class=error_name(problem), error_message=cap(problem, states.MESSAGE_LIMIT))
+                             **error)
             move_run(tx.conn, run["workflow_id"], ["ready"], "paused", paused_at=_now(tx))
             record_event(tx, run["workflow_id"], "step_failed", "system", step=step,
-                         details={"error_class": error_name(problem), "error_message": str(problem)})
-            record_event(tx, run["workflow_id"], "paused", "system", reason=str(problem), step=step)
+                         details={"error_class": error["error_class"], "error_message": str(problem),
+                                  **message_details(error)})
+            record_event(tx, run["workflow_id"], "paused", "system", reason=str(problem), step=step,
+                         details=message_details(error))
             return None
         run = {**run, "status": "running"}
         record_event(tx, run["workflow_id"], "step_started", "system", step=step,
@@ -295,18 +298,6 @@ def _record_with_retry(engine: Engine, claim: Claim, **outcome: Any) -> Claim | 
         delay = min(delay * 2, 10.0)
 
 
-def _error_columns(exc: BaseException) -> dict[str, Any]:
-    try:
-        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    except Exception:  # an exception that cannot even be formatted keeps its class and message
-        trace = None
-    return {
-        "error_class": cap(error_name(exc), 500),
-        "error_message": cap(exc, states.MESSAGE_LIMIT),
-        "backtrace": cap(trace, states.BACKTRACE_LIMIT),
-    }
-
-
 def _output(claim: Claim, result: Any, error: BaseException | None,
             request: Exception | None) -> tuple[Any, BaseException | None]:
     """The step's return value as storable JSON, or the error that it cannot be stored."""
@@ -349,14 +340,15 @@ def _apply(engine: Engine, tx: Transaction, claim: Claim, run: Row, *, output: A
         record_event(tx, run["workflow_id"], "paused", "system", reason=request.reason, step=failed)
     elif isinstance(request, ReattemptRequested):
         failed = move_step(tx.conn, step["id"], ["in_progress"], "failed", finished_at=_now(tx),
-                           outcome="reattempted", error_message="reattempt requested by the step")
+                           outcome="reattempted", error_message=messages.english("reattempt_requested", {}),
+                           error_code="reattempt_requested", error_params=Jsonb({}))
         record_event(tx, run["workflow_id"], "step_reattempted", "system", step=failed,
                      details={"wait": request.wait})
         if run["status"] == "running":
             move_run(tx.conn, run["workflow_id"], ["running"], "ready")
             schedule_step(engine, tx, run, claim.klass, step["step_name"], actor="system", delay=request.wait)
     elif error is not None:
-        fail_attempt(engine, tx, run, claim.klass, step, _error_columns(error), actor="system")
+        fail_attempt(engine, tx, run, claim.klass, step, error_columns(error), actor="system")
     elif isinstance(result, FanOut):
         open_batch(engine, tx, run, claim.spec, claim.klass, step, result)
     else:

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
-from .. import payload, states
+from .. import payload
 from ..db import Transaction
 from ..definition import FanOut, StepSpec
 from ..errors import ArgumentsNotSerializable, ChildJobFailed
 from .policy import fail_attempt
-from .rows import Row, _now, _q, cap, error_name, load_class, lock_run, move_run, move_step, record_event
+from .rows import Row, _now, _q, error_columns, load_class, lock_run, move_run, move_step, record_event
 from .scheduling import _route, advance
 
 if TYPE_CHECKING:
@@ -65,16 +65,17 @@ def record_child(engine: Engine, batch_id: int, position: int, *, result: Any = 
             return False
         run = lock_run(tx, found[0])
         cols = (
-            {"result": Jsonb(stored), "error_class": None, "error_message": None}
+            {"result": Jsonb(stored), "error_class": None, "error_message": None, "error_code": None,
+             "error_params": None}
             if error is None
-            else {"result": None, "error_class": cap(error_name(error), 500),
-                  "error_message": cap(error, states.MESSAGE_LIMIT)}
+            else {"result": None, **error_columns(error, trace=False)}
         )
         child = tx.conn.execute(
             "UPDATE pgbus_batch_children SET status = %s, finished_at = now(), result = %s, error_class = %s,"
-            " error_message = %s WHERE batch_id = %s AND position = %s AND status = 'pending' RETURNING position",
+            " error_message = %s, error_code = %s, error_params = %s"
+            " WHERE batch_id = %s AND position = %s AND status = 'pending' RETURNING position",
             ("done" if error is None else "failed", cols["result"], cols["error_class"], cols["error_message"],
-             batch_id, position),
+             cols["error_code"], cols["error_params"], batch_id, position),
         ).fetchone()
         if child is None:
             return False
@@ -105,11 +106,9 @@ def finish_batch(engine: Engine, tx: Transaction, run: Row, batch: Row) -> None:
         first = tx.conn.execute(
             "SELECT position, error_class, error_message FROM pgbus_batch_children WHERE batch_id = %s"
             " AND status = 'failed' ORDER BY position LIMIT 1", (batch["id"],)).fetchone()
-        exc = ChildJobFailed(
-            f"{batch['failed']} of {batch['total']} child jobs failed; first: #{first[0]} {first[1]}: {first[2]}"
-            if first else f"{batch['failed']} of {batch['total']} child jobs failed")
-        fail_attempt(engine, tx, run, klass, step, {"error_class": error_name(exc), "error_message": str(exc),
-                                                      "backtrace": None}, actor="system", open_from=("waiting",))
+        exc = ChildJobFailed(batch["failed"], batch["total"], (first[0], first[1], first[2]) if first else None)
+        fail_attempt(engine, tx, run, klass, step, error_columns(exc, trace=False), actor="system",
+                     open_from=("waiting",))
         return
     results = [
         payload.from_json(r[0]) for r in tx.conn.execute(

@@ -7,7 +7,17 @@ from typing import TYPE_CHECKING, Any
 
 from .. import states
 from ..db import Transaction
-from .rows import Row, _cancel_open_steps, _consume_signal_of, _now, move_run, move_step, record_event, spec_of
+from .rows import (
+    Row,
+    _cancel_open_steps,
+    _consume_signal_of,
+    _now,
+    message_details,
+    move_run,
+    move_step,
+    record_event,
+    spec_of,
+)
 from .scheduling import advance, schedule_step
 
 if TYPE_CHECKING:
@@ -45,7 +55,8 @@ def fail_attempt(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow
     failed = move_step(tx.conn, step["id"], list(open_from), to, finished_at=_now(tx), outcome=outcome, **error)
     if failed is None:
         return
-    details = {"error_class": error.get("error_class"), "error_message": error.get("error_message")}
+    coded = message_details(error)
+    details = {"error_class": error.get("error_class"), "error_message": error.get("error_message"), **coded}
     record_event(tx, run["workflow_id"], "step_failed", actor, step=failed, details=details)
     wid = run["workflow_id"]
     if not active:
@@ -59,11 +70,11 @@ def fail_attempt(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow
     elif policy == "cancel":
         _cancel_open_steps(tx.conn, wid)
         move_run(tx.conn, wid, states.ONGOING, "cancelled", finished_at=_now(tx))
-        record_event(tx, wid, "cancelled", actor, reason=summary, step=failed)
+        record_event(tx, wid, "cancelled", actor, reason=summary, step=failed, details=coded)
     elif policy == "skip":
         _consume_signal_of(tx.conn, failed)
-        record_event(tx, wid, "step_skipped", actor, reason=summary, step=failed)
+        record_event(tx, wid, "step_skipped", actor, reason=summary, step=failed, details=coded)
         advance(engine, tx, run, klass, step["step_name"], actor=actor)
     else:
         move_run(tx.conn, wid, ["running", "waiting"], "paused", paused_at=_now(tx))
-        record_event(tx, wid, "paused", actor, reason=summary, step=failed)
+        record_event(tx, wid, "paused", actor, reason=summary, step=failed, details=coded)

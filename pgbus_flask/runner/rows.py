@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import traceback
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from .. import attention, payload, states
+from .. import attention, messages, payload, states
 from ..db import Transaction
 from ..definition import StepSpec, registered
 from ..errors import InvalidInput, StepNotDefined, UnknownWorkflow, WorkflowNotFound
@@ -60,6 +61,33 @@ def error_name(exc: BaseException) -> str:
     klass = type(exc)
     module = klass.__module__
     return klass.__qualname__ if module == "builtins" else f"{module}.{klass.__qualname__}"
+
+
+def error_columns(exc: BaseException, *, trace: bool = True) -> dict[str, Any]:
+    """A failed attempt's error columns: class, message, backtrace (``trace``), and for an engine
+    message (:mod:`pgbus_flask.messages`) its code and parameters."""
+    backtrace = None
+    if trace:
+        try:
+            backtrace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        except Exception:  # an exception that cannot even be formatted keeps its class and message
+            backtrace = None
+    code, values = messages.code_of(exc)
+    return {
+        "error_class": cap(error_name(exc), 500),
+        "error_message": cap(exc, states.MESSAGE_LIMIT),
+        "backtrace": cap(backtrace, states.BACKTRACE_LIMIT),
+        "error_code": code,
+        "error_params": Jsonb(payload.to_json(values)) if code else None,
+    }
+
+
+def message_details(error: dict[str, Any]) -> dict[str, Any]:
+    """What an event keeps of an engine message (its code and parameters), {} for the app's errors."""
+    if not error.get("error_code"):
+        return {}
+    values = error["error_params"]
+    return {"message_code": error["error_code"], "message_params": values.obj if isinstance(values, Jsonb) else values}
 
 
 def worker_name() -> str:

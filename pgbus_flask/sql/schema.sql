@@ -85,6 +85,8 @@ CREATE TABLE pgbus_workflow_steps (
     wait_timed_out  boolean NOT NULL DEFAULT false,
     batch_id        bigint,
     created_at      timestamptz NOT NULL DEFAULT now(),
+    error_code      text,   -- an engine message's code and parameters (0006), see messages.py
+    error_params    jsonb,
     UNIQUE (workflow_id, step_name, attempt)
 );
 CREATE INDEX pgbus_workflow_steps_latest ON pgbus_workflow_steps (workflow_id, id DESC);
@@ -166,6 +168,8 @@ CREATE TABLE pgbus_batch_children (
     result        jsonb,
     error_class   text,
     error_message text,
+    error_code    text,   -- 0006
+    error_params  jsonb,
     PRIMARY KEY (batch_id, position)
 );
 CREATE INDEX pgbus_batch_children_pending
