@@ -95,6 +95,11 @@ class _PgbusGroup(click.Group):
             raise click.ClickException(_message(exc)) from None
 
 
+def _runs(n: int) -> str:
+    """"1 run", "3 runs"."""
+    return f"{n:,} run" if n == 1 else f"{n:,} runs"
+
+
 @click.group("pgbus", cls=_PgbusGroup, help="pgbus-flask workflows: schema, sweep, runs and the verbs on them.")
 def pgbus_cli() -> None:
     pass
@@ -116,7 +121,7 @@ def migrate_cmd(refresh_attention: bool) -> None:
     if refresh_attention:
         with engine.db.connection() as conn:
             changed = attention.refresh_all(conn)
-        click.echo(f"attention columns refreshed: {changed} runs changed")
+        click.echo(f"attention columns refreshed: {_runs(changed)} changed")
 
 
 @pgbus_cli.command("sweep")
@@ -304,7 +309,7 @@ def bulk_cmd(action: str, workflow_class: str, step: str, stuck: str, error_clas
     first_refusal = ""
     actor = _actor()
     verb = getattr(runner, action)
-    with click.progressbar(ids, label=f"{action} {len(ids)} runs") as bar:
+    with click.progressbar(ids, label=f"{action} {_runs(len(ids))}") as bar:
         for workflow_id in bar:
             try:
                 verb(engine, workflow_id, actor=actor, reason=reason)

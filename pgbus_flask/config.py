@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from .errors import ConfigError
 
 #: Locales the dashboard ships catalogs for.
-SHIPPED_LOCALES: tuple[str, ...] = ("en", "de", "ja")
+SHIPPED_LOCALES: tuple[str, ...] = ("en", "da", "de", "es", "fi", "fr", "it", "ja", "nb", "nl", "pt", "sv")
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,9 @@ KEYS: tuple[Key, ...] = (
     Key("PGBUS_LOCALES", SHIPPED_LOCALES, "locales the dashboard offers, among the shipped ones", "locales"),
     Key("PGBUS_DEFAULT_LOCALE", "en", "locale when the viewer asks for none the dashboard offers", "locale"),
     Key("PGBUS_TIMEZONE", "UTC", "timezone the dashboard shows times in", "timezone"),
+    Key("PGBUS_TRANSLATIONS", (),
+        "folders whose <locale>/LC_MESSAGES/pgbus.mo override some of the dashboard's messages (comma-separated)",
+        "folders"),
     Key("PGBUS_IMPORT", (), "modules to import so their workflows register (comma-separated in the environment)",
         "modules"),
 )
@@ -95,6 +98,7 @@ class Settings:
     default_locale: str
     timezone: str
     imports: tuple[str, ...] = field(default=())
+    translations: tuple[str, ...] = field(default=())
 
     @classmethod
     def load(cls, values: Mapping[str, Any]) -> Settings:
@@ -129,6 +133,7 @@ class Settings:
             default_locale=parsed["PGBUS_DEFAULT_LOCALE"],
             timezone=parsed["PGBUS_TIMEZONE"],
             imports=parsed["PGBUS_IMPORT"],
+            translations=parsed["PGBUS_TRANSLATIONS"],
         )
 
     @classmethod
@@ -309,6 +314,15 @@ def _parse(key: Key, value: Any) -> Any:
         return str(value)
     if kind == "modules":
         return tuple(_split(value))
+    if kind == "folders":
+        import os
+
+        folders = tuple(os.path.abspath(os.fspath(item)) for item in
+                        (_split(value) if isinstance(value, str) else value))
+        missing = [folder for folder in folders if not os.path.isdir(folder)]
+        if missing:
+            raise ConfigError(name, f"names a folder that does not exist: {missing[0]!r}")
+        return folders
     raise AssertionError(kind)
 
 

@@ -104,6 +104,12 @@ def by_testid(page: Any, name: str) -> Any:
     return page.get_by_test_id(name)
 
 
+def pick_locale(page: Any, locale: str) -> None:
+    """Open the language menu and choose ``locale``, as an operator does."""
+    page.get_by_test_id("locale-menu").click()
+    page.get_by_test_id(f"locale-{locale}").click()
+
+
 # -- 1. filter, open, resume ---------------------------------------------------------------
 
 
@@ -198,7 +204,7 @@ def test_bulk_resume_an_attention_group(app: Flask, browsing: Browsing) -> None:
 
     form.get_by_test_id("bulk-resume-reason").fill("gateway fixed")
     form.get_by_test_id("bulk-resume-submit").click()
-    expect(by_testid(page, "bulk-result")).to_have_text("Resume these runs: 3 moved, 0 refused.")
+    expect(by_testid(page, "bulk-result")).to_have_text("Resume: 3 moved, 0 refused.")
     assert watch.dialogs == [sentence]
     expect(groups).to_have_count(1)
     expect(groups).to_have_attribute("data-class", "PausesItself")
@@ -281,7 +287,7 @@ def test_switch_to_german_and_japanese(app: Flask, browsing: Browsing) -> None:
     expect(html).to_have_attribute("lang", "en")
     expect(page.locator("h1")).to_have_text("Runs")
 
-    by_testid(page, "locale-de").click()
+    pick_locale(page, "de")
     expect(html).to_have_attribute("lang", "de")
     expect(page).to_have_url(re.compile(r"status=paused"))
     expect(page.locator("h1")).to_have_text("Läufe")
@@ -289,12 +295,12 @@ def test_switch_to_german_and_japanese(app: Flask, browsing: Browsing) -> None:
     expect(by_testid(page, "filter-submit")).to_have_text("Filtern")
     expect(by_testid(page, "empty")).to_have_text("Keine Läufe passen zu diesen Filtern.")
     expect(by_testid(page, "locale-de")).to_have_attribute("aria-current", "true")
-    nav.get_by_role("link", name="Braucht Aufmerksamkeit").click()
+    nav.get_by_role("link", name="Handlungsbedarf").click()
     expect(page).to_have_url(re.compile(r"/pgbus/attention$"))
     expect(html).to_have_attribute("lang", "de")
-    expect(page.locator("h1")).to_have_text("Braucht Aufmerksamkeit")
+    expect(page.locator("h1")).to_have_text("Handlungsbedarf")
 
-    by_testid(page, "locale-ja").click()
+    pick_locale(page, "ja")
     expect(html).to_have_attribute("lang", "ja")
     expect(page.locator("h1")).to_have_text("要対応")
     nav.get_by_role("link", name="実行一覧").click()
@@ -307,7 +313,7 @@ def test_switch_to_german_and_japanese(app: Flask, browsing: Browsing) -> None:
     cookies = {c["name"]: c["value"] for c in page.context.cookies()}
     assert cookies.get("pgbus_locale") == "ja"
 
-    by_testid(page, "locale-en").click()
+    pick_locale(page, "en")
     expect(html).to_have_attribute("lang", "en")
     page.goto("/pgbus/attention")
     expect(page.locator("h1")).to_have_text("Needs attention")
@@ -332,7 +338,7 @@ def test_switching_language_on_the_answer_to_a_post(app: Flask, browsing: Browsi
     by_testid(page, "action-cancel-submit").click()
     expect(by_testid(page, "error-message")).to_have_text(
         "Cancel run is not possible now: the run is Cancelled. Nothing was changed. Possible now: Rerun.")
-    by_testid(page, "locale-de").click()
+    pick_locale(page, "de")
     expect(html).to_have_attribute("lang", "de")
     expect(by_testid(page, "error-page")).to_have_count(0)
     expect(by_testid(page, "run-header")).to_have_attribute("data-workflow-id", str(late.workflow_id))
@@ -342,7 +348,7 @@ def test_switching_language_on_the_answer_to_a_post(app: Flask, browsing: Browsi
     by_testid(page, "signal-payload").fill("{not json")
     by_testid(page, "signal-submit").click()
     expect(by_testid(page, "error-message")).to_contain_text("The payload is not valid JSON")
-    by_testid(page, "locale-ja").click()
+    pick_locale(page, "ja")
     expect(html).to_have_attribute("lang", "ja")
     expect(by_testid(page, "error-page")).to_have_count(0)
     expect(by_testid(page, "run-header")).to_have_attribute("data-workflow-id", str(waiting.workflow_id))
@@ -392,7 +398,7 @@ def test_actions_and_filters_work_without_javascript(app: Flask, browsing: Brows
     expect(by_testid(page, "confirm-sentence")).to_have_text("Resume all 2 runs paused at capture on TimeoutError?")
     by_testid(page, "confirm-reason").fill("gateway fixed")
     by_testid(page, "confirm-submit").click()
-    expect(by_testid(page, "bulk-result")).to_have_text("Resume these runs: 2 moved, 0 refused.")
+    expect(by_testid(page, "bulk-result")).to_have_text("Resume: 2 moved, 0 refused.")
     assert {run_of(app, r.workflow_id).status for r in paused} == {"ready"}
     assert watch.dialogs == [], "nothing asked in a dialog without JavaScript"
     browsing.assert_no_errors()

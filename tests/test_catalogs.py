@@ -27,15 +27,20 @@ def load_po(path: Path) -> Catalog:
 def extracted(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
     """What ``pybabel extract -F babel.cfg`` finds in the code and templates now."""
     out = tmp_path_factory.mktemp("pot") / "pgbus.pot"
-    CommandLineInterface().run(["pybabel", "-q", "extract", "-F", str(ROOT / "babel.cfg"), "-o", str(out),
-                                "--no-wrap", str(ROOT)])
+    CommandLineInterface().run(["pybabel", "-q", "extract", "-F", str(ROOT / "babel.cfg"), "-k", "C_:1c,2",
+                                "-o", str(out), "--no-wrap", str(ROOT)])
     catalog = load_po(out)
     assert len([m for m in catalog if m.id]) > 100, "extraction found the dashboard's messages"
     return catalog
 
 
+def key(message: Any) -> tuple[str | None, Any]:
+    """A message's identity: its context (the same English as a button, an event, a column...) and id."""
+    return message.context, message.id if isinstance(message.id, str) else tuple(message.id)
+
+
 def ids(catalog: Catalog) -> set[Any]:
-    return {m.id if isinstance(m.id, str) else tuple(m.id) for m in catalog if m.id}
+    return {key(m) for m in catalog if m.id}
 
 
 @pytest.mark.parametrize("locale", SHIPPED_LOCALES)
@@ -45,7 +50,7 @@ def test_every_extracted_message_is_translated(extracted: Catalog, locale: str) 
     for message in extracted:
         if not message.id:
             continue
-        found = catalog.get(message.id)
+        found = catalog.get(message.id, context=message.context)
         if found is None:
             problems.append(f"missing: {message.id!r}")
             continue
@@ -79,8 +84,8 @@ def test_po_and_mo_agree(locale: str) -> None:
     po = load_po(folder / "pgbus.po")
     with (folder / "pgbus.mo").open("rb") as fh:
         mo = read_mo(fh)
-    want = {m.id if isinstance(m.id, str) else tuple(m.id): m.string for m in po if m.id and not m.fuzzy}
-    got = {m.id if isinstance(m.id, str) else tuple(m.id): m.string for m in mo if m.id}
+    want = {key(m): m.string for m in po if m.id and not m.fuzzy}
+    got = {key(m): m.string for m in mo if m.id}
     changed = sorted(str(k) for k in want.keys() | got.keys()
                      if _strings(want.get(k)) != _strings(got.get(k)))
     assert not changed, f"{locale}: the .mo is out of date for {changed[:5]} (run the compile command)"

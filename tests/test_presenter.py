@@ -79,14 +79,14 @@ def test_waiting_for_a_signal_without_deadline() -> None:
     p = show(row("waiting", "confirm", step_status="waiting", step_waiting_since=ago(minutes=3)),
              wait_for="payment_confirmed")
     assert (p.badge, p.tone, p.next_key) == ("waiting", "yellow", "waiting_signal")
-    assert p.next_args == {"signal": "payment_confirmed", "step": "confirm", "ago": ago(minutes=3)}
+    assert p.next_args == {"signal": "payment_confirmed", "step": "confirm", "since": ago(minutes=3)}
 
 
 def test_waiting_for_a_signal_with_deadline() -> None:
     p = show(row("waiting", "confirm", step_status="waiting", step_waiting_since=ago(minutes=3),
                  step_timeout_at=later(hours=2)), wait_for="payment_confirmed")
     assert p.next_key == "waiting_signal_deadline"
-    assert p.next_args == {"signal": "payment_confirmed", "step": "confirm", "ago": ago(minutes=3),
+    assert p.next_args == {"signal": "payment_confirmed", "step": "confirm", "since": ago(minutes=3),
                            "time": later(hours=2)}
 
 
@@ -107,7 +107,7 @@ def test_paused_after_an_error() -> None:
     p = show(row("paused", paused_at=ago(minutes=2), step_status="failed", step_attempt=2,
                  step_error_class="TimeoutError", step_error_message="gateway timed out"))
     assert (p.badge, p.tone, p.next_key) == ("paused_error", "red", "paused_error")
-    assert p.next_args["error"] == "TimeoutError" and p.next_args["ago"] == ago(minutes=2)
+    assert p.next_args["error"] == "TimeoutError" and p.next_args["since"] == ago(minutes=2)
 
 
 def test_stalled() -> None:
@@ -118,7 +118,7 @@ def test_stalled() -> None:
 def test_paused_by_someone() -> None:
     p = show(row("paused", paused_at=ago(hours=1), step_status="waiting"))
     assert (p.badge, p.tone, p.next_key) == ("paused", "yellow", "paused_manual")
-    assert p.next_args == {"step": "capture", "ago": ago(hours=1)}
+    assert p.next_args == {"step": "capture", "since": ago(hours=1)}
 
 
 def test_paused_by_the_step_itself_is_manual_too() -> None:

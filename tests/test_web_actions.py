@@ -232,7 +232,7 @@ def test_bulk_resume_an_attention_group(app: Flask) -> None:
     done = client.post("/pgbus/attention/bulk", data={**group, "confirmed": "1"})
     assert done.status_code == 303
     page = client.get(done.headers["Location"]).get_data(as_text=True)
-    assert "Resume these runs: 3 moved, 0 refused." in text_of(page)
+    assert "Resume: 3 moved, 0 refused." in text_of(page)
     for run in runs:
         resumed = next(e for e in refreshed(app, run).events() if e["event"] == "resumed")
         assert (resumed["actor"], resumed["reason"]) == ("dashboard:alice", "gateway fixed")
@@ -255,7 +255,7 @@ def test_bulk_cancel_and_skip(app: Flask) -> None:
     # skipped runs are no longer stuck: a second bulk finds nothing and moves nothing
     again = client.post("/pgbus/attention/bulk", data={**group, "action": "cancel"})
     page = client.get(again.headers["Location"]).get_data(as_text=True)
-    assert "Cancel these runs: 0 moved, 0 refused." in text_of(page)
+    assert "Cancel run: 0 moved, 0 refused." in text_of(page)
 
 
 def test_bulk_with_an_unknown_action_is_a_400(app: Flask) -> None:

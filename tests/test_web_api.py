@@ -21,7 +21,7 @@ def test_overview_and_runs(app: Flask) -> None:
     assert {r["workflow_id"] for r in runs["runs"]} == {ids["paused_error"], ids["stalled"], ids["paused_manual"]}
     stalled = next(r for r in runs["runs"] if r["workflow_id"] == ids["stalled"])
     assert stalled["presentation"]["badge"] == "stalled"
-    assert stalled["presentation"]["sentence"].startswith("Paused since")
+    assert stalled["presentation"]["sentence"].startswith("Paused for ")
     assert stalled["latest_step"]["error_class"] == "pgbus_flask.errors.StepStalled"
     assert runs["next_before"] is None
 
@@ -34,7 +34,8 @@ def test_one_run(app: Flask) -> None:
     assert data["run"]["status"] == "paused" and data["run"]["arguments"] == {"args": [], "kwargs": {"fail_until": 9}}
     assert data["available_actions"] == ["resume", "resume_at", "skip", "cancel", "signal"]
     assert data["resume_plan"] == {"action": "retry", "step": "capture"}
-    assert data["events"][-1]["sentence"].startswith("Pausiert von system")
+    # The engine's own events name no actor ("by system" said nothing an operator needs).
+    assert data["events"][-1]["sentence"].startswith("Pausiert (capture #1)")
     assert data["steps"][0]["error_class"] == "TimeoutError"
 
 

@@ -119,7 +119,7 @@ def test_audit_sentences(ctx: Flask) -> None:
     assert helpers.audit_sentence({"event": "resumed", "actor": "dashboard:alice", "reason": "SMTP fixed",
                                    "step_name": None}) == "Resumed by dashboard:alice: SMTP fixed"
     assert helpers.audit_sentence({"event": "step_failed", "actor": "system", "reason": None,
-                                   "step_name": "capture", "attempt": 2}) == "Step failed by system (capture #2)"
+                                   "step_name": "capture", "attempt": 2}) == "Step failed (capture #2)"
     assert helpers.audit_sentence({"event": "paused", "actor": "cli:bob", "reason": "maintenance",
                                    "step_name": "ship", "attempt": 1}) == "Paused by cli:bob (ship #1): maintenance"
 
@@ -134,10 +134,20 @@ def group(count: int, error: str | None = "TimeoutError", reason: str = "paused_
 
 def test_bulk_confirm_sentences(ctx: Flask) -> None:
     assert helpers.bulk_confirm("resume", group(3)) == "Resume all 3 runs paused at capture on TimeoutError?"
-    assert helpers.bulk_confirm("resume", group(1)) == "Resume 1 run paused at capture on TimeoutError?"
+    assert helpers.bulk_confirm("resume", group(1)) == "Resume the run paused at capture on TimeoutError?"
     assert helpers.bulk_confirm("resume", group(2, None, "paused_manual")) == "Resume all 2 runs paused at capture?"
-    assert helpers.bulk_confirm("skip", group(4)) == "Skip capture in all 4 runs stopped there on TimeoutError?"
-    assert helpers.bulk_confirm("cancel", group(5, None, "overdue")) == "Cancel all 5 runs stopped at capture?"
+    assert helpers.bulk_confirm("skip", group(4)) == "Skip capture in all 4 runs paused there on TimeoutError?"
+    # Overdue runs are queued, not paused or stopped: the sentence says neither.
+    assert helpers.bulk_confirm("cancel", group(5, None, "overdue")) == "Cancel all 5 runs at capture?"
+    assert helpers.bulk_confirm("skip", group(1, None, "overdue")) == "Skip capture in this run?"
+    assert helpers.bulk_confirm("cancel", group(1, None, "waiting_overdue")) == "Cancel the run at capture?"
+
+
+def test_bulk_buttons_count_the_runs(ctx: Flask) -> None:
+    assert helpers.bulk_button("resume", 1) == "Resume this run"
+    assert helpers.bulk_button("resume", 3) == "Resume these 3 runs"
+    assert helpers.bulk_button("skip", 1) == "Skip the step in this run"
+    assert helpers.bulk_button("cancel", 2) == "Cancel these 2 runs"
 
 
 def test_bulk_confirm_in_german_and_japanese(ctx: Flask) -> None:
@@ -147,7 +157,7 @@ def test_bulk_confirm_in_german_and_japanese(ctx: Flask) -> None:
     assert helpers.bulk_confirm("resume", group(3)) == (
         "Alle 3 Läufe fortsetzen, die bei capture wegen TimeoutError pausiert sind?")
     assert helpers.bulk_confirm("resume", group(1)) == (
-        "1 Lauf fortsetzen, der bei capture wegen TimeoutError pausiert ist?")
+        "Den Lauf fortsetzen, der bei capture wegen TimeoutError pausiert ist?")
     g.pgbus_locale = "ja"
     assert helpers.bulk_confirm("resume", group(3)) == (
         "capture で TimeoutError により一時停止している 3 件の実行をすべて再開しますか？")
@@ -161,7 +171,7 @@ def test_every_state_has_a_label() -> None:
     assert set(helpers.STUCK_REASON_LABELS) == set(states.STUCK_REASONS)
     assert set(helpers.EVENT_LABELS) == set(states.EVENTS)
     assert set(helpers.ACTION_LABELS) == set(states.ACTIONS)
-    assert set(helpers.BULK_LABELS) == set(states.BULK_ACTIONS)
+    assert set(helpers.BULK_ONE) == set(states.BULK_ACTIONS)
     assert set(helpers.BULK_BY_REASON) == set(states.STUCK_REASONS)
     assert set(helpers.NEXT_MESSAGES) | {"waiting_batch"} == set(NEXT_KEYS)
 
@@ -181,13 +191,13 @@ def test_badges_carry_tone_and_value(ctx: Flask) -> None:
 def test_next_sentence_marks_up_names_and_times_and_escapes_the_rest(ctx: Flask) -> None:
     p = Presentation("paused_error", "red", "paused_error",
                      {"step": "<b>capture</b>", "error": "<script>alert(1)</script>",
-                      "ago": NOW - timedelta(minutes=3)})
+                      "since": NOW - timedelta(minutes=3)})
     html = helpers.next_sentence(p, NOW)
     assert "<script>" not in html and "<b>" not in html
     assert '<code class="pgbus-code">&lt;script&gt;alert(1)&lt;/script&gt;</code>' in html
     assert '<time datetime="2026-05-04T11:57:00+00:00"' in html
     assert text_of(html) == (
-        "Paused since 3 minutes ago: <b>capture</b> failed with <script>alert(1)</script>. Resume retries it.")
+        "Paused for 3 minutes: <b>capture</b> failed with <script>alert(1)</script>. Retry it to go on.")
 
 
 def test_waiting_for_a_batch_sentence_links_the_batch(ctx: Flask) -> None:
@@ -203,7 +213,7 @@ def test_waiting_for_a_batch_sentence_links_the_batch(ctx: Flask) -> None:
 
 
 def test_every_next_key_renders(ctx: Flask) -> None:
-    args = {"step": "s", "signal": "go", "error": "E", "ago": NOW, "time": NOW + timedelta(hours=1),
+    args = {"step": "s", "signal": "go", "error": "E", "ago": NOW, "since": NOW, "time": NOW + timedelta(hours=1),
             "attempt": 2, "batch": "s", "batch_id": 1, "done": 1, "total": 2, "failed": 0}
     for key in NEXT_KEYS:
         sentence = text_of(helpers.next_sentence(Presentation("x", "gray", key, args), NOW))

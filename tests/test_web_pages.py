@@ -21,8 +21,10 @@ def card(page: str, name: str) -> str:
 
 
 def says(sentence: str, text: str) -> bool:
-    """``sentence`` is in ``text``, "just now" also matching a few seconds ago (the seed takes a moment)."""
-    pattern = re.escape(sentence).replace(re.escape("just now"), r"(?:just now|\d+ seconds? ago)")
+    """``sentence`` is in ``text``, "just now" also matching a few seconds ago (the seed takes a moment),
+    SECONDS a few seconds ("1 second", "4 seconds") and CLOCK a clock time ("2:09 PM", "14:09")."""
+    pattern = (re.escape(sentence).replace(re.escape("just now"), r"(?:just now|\d+ seconds? ago)")
+               .replace("SECONDS", r"\d+ seconds?").replace("CLOCK", r"\d{1,2}:\d{2}(?:\s?[AP]M)?"))
     return re.search(pattern, text) is not None
 
 
@@ -56,21 +58,21 @@ def test_overview_cards_and_counts(app: Flask) -> None:
 
 
 EXPECTED = {
-    "scheduled": ("scheduled", "Scheduled: reserve runs in 1 hour."),
+    "scheduled": ("scheduled", "Scheduled: reserve runs at CLOCK."),
     "queued": ("queued", "Queued: reserve runs as soon as a worker is free (due just now)."),
-    "overdue": ("overdue", "Overdue: reserve was due 10 minutes ago and no worker has taken it; "
-                           "the sweep sends it again."),
+    "overdue": ("overdue", "Overdue: reserve was due 10 minutes ago and no worker has taken it yet; "
+                           "the sweep sends it again if its job was lost."),
     "running": ("running", "Running reserve (attempt 1), started 2 minutes ago."),
-    "possibly_stalled": ("possibly_stalled", "Running reserve past its deadline (1 minute ago): its worker may "
-                                             "have died; the sweep will declare it stalled."),
-    "waiting_signal": ("waiting", "Waiting for signal go at wait since just now."),
-    "waiting_signal_deadline": ("waiting", "Waiting for signal payment_confirmed at confirm since just now; "
-                                           "the wait ends in 2 hours."),
+    "possibly_stalled": ("possibly_stalled", "Running reserve past its deadline, which passed 1 minute ago: its "
+                                             "worker may have died; the sweep will declare it stalled."),
+    "waiting_signal": ("waiting", "Waiting for signal go at wait for SECONDS."),
+    "waiting_signal_deadline": ("waiting", "Waiting for signal payment_confirmed at confirm for SECONDS; "
+                                           "the wait ends at CLOCK."),
     "waiting_batch": ("waiting", "Waiting for batch notify_vendors (2 of 3 jobs done)."),
-    "paused_error": ("paused_error", "Paused since just now: capture failed with TimeoutError. Resume retries it."),
-    "stalled": ("stalled", "Paused since just now: capture stalled (its worker stopped responding). "
-                           "Resume retries it."),
-    "paused_manual": ("paused", "Paused at check since just now; nothing runs until someone resumes it."),
+    "paused_error": ("paused_error", "Paused for SECONDS: capture failed with TimeoutError. Retry it to go on."),
+    "stalled": ("stalled", "Paused for SECONDS: capture stalled (its worker stopped responding). "
+                           "Retry it to go on."),
+    "paused_manual": ("paused", "Paused at check for SECONDS; nothing runs until someone resumes it."),
     "finished": ("finished", "Finished just now."),
     "cancelled": ("cancelled", "Cancelled just now."),
 }
@@ -164,8 +166,8 @@ def test_run_page_of_a_failed_run(app: Flask) -> None:
     attempt = re.search(r'data-testid="attempt-row" data-step="capture" data-attempt="1" data-status="failed"', page)
     assert attempt and "gateway timed out on attempt 1" in text
     assert 'data-testid="backtrace"' in page and "Traceback (most recent call last)" in page
-    assert "Step failed by system (capture #1)" in text
-    assert "Paused by system (capture #1): TimeoutError: gateway timed out on attempt 1" in text
+    assert "Step failed (capture #1)" in text and "by system" not in text
+    assert "Paused (capture #1): TimeoutError: gateway timed out on attempt 1" in text
     assert "Started by app" in text
     assert "&#34;gift&#34;: true" in page or "&quot;gift&quot;: true" in page
     assert 'data-testid="outdated-notice"' not in page

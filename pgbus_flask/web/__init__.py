@@ -23,7 +23,7 @@ from werkzeug.wrappers import Response
 from .. import db, states
 from ..engine import Engine
 from ..errors import DatabaseUnavailable, PgbusError, SchemaMissing, WorkflowNotFound
-from . import api, helpers, i18n, inputs, security, views
+from . import api, helpers, i18n, inputs, messages, security, views
 
 log = logging.getLogger("pgbus_flask.web")
 
@@ -42,6 +42,7 @@ def make_blueprint(engine: Engine) -> Blueprint:
         g.pgbus_now = datetime.now(timezone.utc)
         g.pgbus_locale = i18n.choose_locale(settings.locales, settings.default_locale)
         g.pgbus_tz = i18n.zone(settings.timezone)
+        g.pgbus_translations = settings.translations
         if request.endpoint == "pgbus.static":
             return
         g.pgbus_actor = security.authenticate(settings, current_app._get_current_object())  # type: ignore[attr-defined]
@@ -67,7 +68,9 @@ def make_blueprint(engine: Engine) -> Blueprint:
         # Pages set g.pgbus_now from PostgreSQL; error pages keep this host's clock.
         now = g.get("pgbus_now") or datetime.now(timezone.utc)
         return {
-            "_": i18n.gettext, "gettext": i18n.gettext, "ngettext": i18n.ngettext,
+            "_": i18n.gettext, "gettext": i18n.gettext, "ngettext": i18n.ngettext, "pgettext": i18n.pgettext,
+            "npgettext": i18n.npgettext,
+            "system_message": lambda code, params, english: messages.system_message(code, params, english, now),
             "pgbus_locale": i18n.current_locale(), "pgbus_locales": settings.locales,
             "locale_name": i18n.locale_name, "csrf_token": security.csrf_token, "actor": g.get("pgbus_actor"),
             "time_tag": lambda moment: i18n.time_tag(moment, now), "absolute": i18n.absolute,
@@ -75,7 +78,7 @@ def make_blueprint(engine: Engine) -> Blueprint:
             "next_sentence": lambda p: helpers.next_sentence(p, now), "run_badge": helpers.run_badge,
             "status_badge": helpers.status_badge, "step_badge": helpers.step_badge,
             "signal_badge": helpers.signal_badge, "child_badge": helpers.child_badge,
-            "audit_sentence": lambda e: helpers.audit_sentence(e, helpers.HTML), "label": helpers.label,
+            "audit_sentence": lambda e: helpers.audit_sentence(e, helpers.HTML, now), "label": helpers.label,
             "labels": helpers, "locale_url": _locale_url, "states": states, "pretty": views.pretty,
             "bdi": i18n.bdi, "isolated": i18n.isolated,
         }
@@ -141,6 +144,7 @@ def make_blueprint(engine: Engine) -> Blueprint:
             return exc
         g.pgbus_locale = i18n.choose_locale(settings.locales, settings.default_locale)
         g.pgbus_tz = i18n.zone(settings.timezone)
+        g.pgbus_translations = settings.translations
         allow = {"Allow": ", ".join(exc.valid_methods or ())}
         if (request.path + "/").startswith(prefix + api.PREFIX + "/"):
             message = i18n.gettext("This address does not take %(method)s requests.", method=request.method)

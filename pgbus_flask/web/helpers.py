@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,59 +19,82 @@ from markupsafe import Markup, escape
 from .. import states
 from ..queries import AttentionGroup
 from ..runner import ResumePlan
-from .i18n import N_, bdi, code, gettext, isolated, markup, time_tag, ugettext, ungettext
+from .i18n import (
+    C_,
+    N_,
+    bdi,
+    clock_tag,
+    code,
+    gettext,
+    isolated,
+    markup,
+    ngettext,
+    pgettext,
+    span_tag,
+    time_tag,
+    ugettext,
+    ungettext,
+)
+from .messages import system_message
 from .presenter import Presentation
 
 log = logging.getLogger("pgbus_flask.web")
 
 RUN_STATUS_LABELS = {
-    "ready": N_("Ready"), "running": N_("Running"), "waiting": N_("Waiting"), "paused": N_("Paused"),
-    "finished": N_("Finished"), "cancelled": N_("Cancelled"),
+    "ready": C_("status", "Ready"), "running": C_("status", "Running"), "waiting": C_("status", "Waiting"),
+    "paused": C_("status", "Paused"), "finished": C_("status", "Finished"), "cancelled": C_("status", "Cancelled"),
 }
 RUN_STATUS_TONES = {
     "ready": "blue", "running": "blue", "waiting": "yellow", "paused": "yellow", "finished": "green",
     "cancelled": "gray",
 }
 BADGE_LABELS = {
-    "scheduled": N_("Scheduled"), "queued": N_("Queued"), "overdue": N_("Overdue"), "running": N_("Running"),
-    "possibly_stalled": N_("Possibly stalled"), "waiting": N_("Waiting"), "paused": N_("Paused"),
-    "paused_error": N_("Failed, paused"), "stalled": N_("Stalled"), "finished": N_("Finished"),
-    "cancelled": N_("Cancelled"),
+    "scheduled": C_("status", "Scheduled"), "queued": C_("status", "Queued"), "overdue": C_("status", "Overdue"),
+    "running": C_("status", "Running"), "possibly_stalled": C_("status", "Possibly stalled"),
+    "waiting": C_("status", "Waiting"), "paused": C_("status", "Paused"),
+    "paused_error": C_("status", "Failed, paused"), "stalled": C_("status", "Stalled"),
+    "finished": C_("status", "Finished"), "cancelled": C_("status", "Cancelled"),
 }
 STEP_STATUS_LABELS = {
-    "scheduled": N_("Scheduled"), "in_progress": N_("In progress"), "waiting": N_("Waiting"),
-    "completed": N_("Completed"), "failed": N_("Failed"), "skipped": N_("Skipped"), "cancelled": N_("Cancelled"),
+    "scheduled": C_("status", "Scheduled"), "in_progress": C_("status", "In progress"),
+    "waiting": C_("status", "Waiting"), "completed": C_("status", "Completed"), "failed": C_("status", "Failed"),
+    "skipped": C_("status", "Skipped"), "cancelled": C_("status", "Cancelled"),
 }
 STEP_TONES = {
     "scheduled": "gray", "in_progress": "blue", "waiting": "yellow", "completed": "green", "failed": "red",
     "skipped": "gray", "cancelled": "gray",
 }
-SIGNAL_STATUS_LABELS = {"pending": N_("Pending"), "claimed": N_("Claimed"), "consumed": N_("Consumed")}
+SIGNAL_STATUS_LABELS = {
+    "pending": C_("status", "Pending"), "claimed": C_("status", "Claimed"), "consumed": C_("status", "Consumed"),
+}
 SIGNAL_TONES = {"pending": "yellow", "claimed": "blue", "consumed": "green"}
-CHILD_STATUS_LABELS = {"pending": N_("Pending"), "done": N_("Done"), "failed": N_("Failed")}
+CHILD_STATUS_LABELS = {
+    "pending": C_("status", "Pending"), "done": C_("status", "Done"), "failed": C_("status", "Failed"),
+}
 CHILD_TONES = {"pending": "yellow", "done": "green", "failed": "red"}
 STUCK_REASON_LABELS = {
-    "stalled": N_("Stalled"), "paused_error": N_("Paused on an error"), "paused_manual": N_("Paused by hand"),
-    "overdue": N_("Overdue"), "waiting_overdue": N_("Waiting too long"),
+    "stalled": C_("stuck reason", "Stalled"), "paused_error": C_("stuck reason", "Paused on an error"),
+    "paused_manual": C_("stuck reason", "Paused by hand"), "overdue": C_("stuck reason", "Overdue"),
+    "waiting_overdue": C_("stuck reason", "Waiting too long"),
 }
+#: The verbs as buttons and in "Done: Resume." (an audit event's words are EVENT_LABELS).
 ACTION_LABELS = {
-    "resume": N_("Resume"), "resume_at": N_("Resume at step"), "run_now": N_("Run now"),
-    "reschedule": N_("Reschedule"), "skip": N_("Skip step"), "rerun": N_("Rerun"), "pause": N_("Pause"),
-    "cancel": N_("Cancel run"), "signal": N_("Send signal"),
-}
-BULK_LABELS = {
-    "resume": N_("Resume these runs"), "skip": N_("Skip the step in these runs"), "cancel": N_("Cancel these runs"),
+    "resume": C_("action", "Resume"), "resume_at": C_("action", "Resume at step"), "run_now": C_("action", "Run now"),
+    "reschedule": C_("action", "Reschedule"), "skip": C_("action", "Skip step"), "rerun": C_("action", "Rerun"),
+    "pause": C_("action", "Pause"), "cancel": C_("action", "Cancel run"), "signal": C_("action", "Send signal"),
 }
 EVENT_LABELS = {
-    "started": N_("Started"), "step_scheduled": N_("Step scheduled"), "step_started": N_("Step started"),
-    "step_completed": N_("Step completed"), "step_failed": N_("Step failed"), "step_skipped": N_("Step skipped"),
-    "step_reattempted": N_("Step reattempted"), "paused": N_("Paused"), "resumed": N_("Resumed"),
-    "cancelled": N_("Cancelled"), "finished": N_("Finished"), "run_now": N_("Sent to run now"),
-    "rescheduled": N_("Rescheduled"), "rerun": N_("Rerun"), "stall_detected": N_("Stall detected"),
-    "late_completion_ignored": N_("Late completion ignored"), "signal_received": N_("Signal received"),
-    "signal_claimed": N_("Signal claimed"), "step_waiting": N_("Step waiting"),
-    "wait_timed_out": N_("Wait timed out"), "fan_out_opened": N_("Fan-out opened"),
-    "fan_out_finished": N_("Fan-out finished"),
+    "started": C_("event", "Started"), "step_scheduled": C_("event", "Step scheduled"),
+    "step_started": C_("event", "Step started"), "step_completed": C_("event", "Step completed"),
+    "step_failed": C_("event", "Step failed"), "step_skipped": C_("event", "Step skipped"),
+    "step_reattempted": C_("event", "Step reattempted"), "paused": C_("event", "Paused"),
+    "resumed": C_("event", "Resumed"), "cancelled": C_("event", "Cancelled"), "finished": C_("event", "Finished"),
+    "run_now": C_("event", "Sent to run now"), "rescheduled": C_("event", "Rescheduled"),
+    "rerun": C_("event", "Rerun"), "stall_detected": C_("event", "Stall detected"),
+    "late_completion_ignored": C_("event", "Late completion ignored"),
+    "signal_received": C_("event", "Signal received"), "signal_claimed": C_("event", "Signal claimed"),
+    "step_waiting": C_("event", "Step waiting"), "wait_timed_out": C_("event", "Wait timed out"),
+    "fan_out_opened": C_("event", "Fan-out opened"), "fan_out_finished": C_("event", "Fan-out finished"),
 }
 RESUME_LABELS = {
     "retry": N_("Retry %(step)s"), "continue": N_("Continue with %(step)s"), "finish": N_("Finish the run"),
@@ -90,11 +113,14 @@ BULK_BY_REASON = {
 }
 
 
-def label(labels: Mapping[str, str], key: str | None) -> str:
-    """The translated label of ``key`` (the key itself when it has none)."""
+def label(labels: Mapping[str, tuple[str, str]], key: str | None) -> str:
+    """The translated label of ``key`` in its role (the key itself when it has none)."""
     if key is None:
         return "—"
-    return gettext(labels[key]) if key in labels else key
+    if key not in labels:
+        return key
+    context, message = labels[key]
+    return pgettext(context, message)
 
 
 def badge(text: str, tone: str, kind: str, value: str) -> Markup:
@@ -127,19 +153,21 @@ def child_badge(status: str) -> Markup:
 # -- the next-step sentence ----------------------------------------------------------
 
 NEXT_MESSAGES = {
-    "scheduled": N_("Scheduled: %(step)s runs %(time)s."),
+    "scheduled": N_("Scheduled: %(step)s runs at %(time)s."),
     "queued": N_("Queued: %(step)s runs as soon as a worker is free (due %(ago)s)."),
-    "overdue": N_("Overdue: %(step)s was due %(ago)s and no worker has taken it; the sweep sends it again."),
+    "overdue": N_("Overdue: %(step)s was due %(ago)s and no worker has taken it yet; the sweep sends it again if "
+                  "its job was lost."),
     "running": N_("Running %(step)s (attempt %(attempt)s), started %(ago)s."),
-    "possibly_stalled": N_("Running %(step)s past its deadline (%(ago)s): its worker may have died; "
+    "possibly_stalled": N_("Running %(step)s past its deadline, which passed %(ago)s: its worker may have died; "
                            "the sweep will declare it stalled."),
-    "waiting_signal": N_("Waiting for signal %(signal)s at %(step)s since %(ago)s."),
-    "waiting_signal_deadline": N_("Waiting for signal %(signal)s at %(step)s since %(ago)s; the wait ends %(time)s."),
-    "waiting_any_signal": N_("Waiting for a signal at %(step)s since %(ago)s."),
-    "waiting": N_("Waiting at %(step)s since %(ago)s."),
-    "paused_error": N_("Paused since %(ago)s: %(step)s failed with %(error)s. Resume retries it."),
-    "stalled": N_("Paused since %(ago)s: %(step)s stalled (its worker stopped responding). Resume retries it."),
-    "paused_manual": N_("Paused at %(step)s since %(ago)s; nothing runs until someone resumes it."),
+    "waiting_signal": N_("Waiting for signal %(signal)s at %(step)s for %(duration)s."),
+    "waiting_signal_deadline": N_("Waiting for signal %(signal)s at %(step)s for %(duration)s; the wait ends at "
+                                  "%(time)s."),
+    "waiting_any_signal": N_("Waiting for a signal at %(step)s for %(duration)s."),
+    "waiting": N_("Waiting at %(step)s for %(duration)s."),
+    "paused_error": N_("Paused for %(duration)s: %(step)s failed with %(error)s. Retry it to go on."),
+    "stalled": N_("Paused for %(duration)s: %(step)s stalled (its worker stopped responding). Retry it to go on."),
+    "paused_manual": N_("Paused at %(step)s for %(duration)s; nothing runs until someone resumes it."),
     "finished": N_("Finished %(ago)s."),
     "cancelled": N_("Cancelled %(ago)s."),
 }
@@ -157,8 +185,12 @@ def next_sentence(presentation: Presentation, now: datetime) -> Markup:
     for key, value in presentation.next_args.items():
         if key in ("step", "signal", "error"):
             args[key] = code(value)
-        elif key in ("ago", "time"):
+        elif key == "ago":
             args[key] = time_tag(value, now)
+        elif key == "time":  # a clock time ("at 14:02"), the relative time as its tooltip
+            args[key] = clock_tag(value, now)
+        elif key == "since":  # how long it has lasted ("for 3 hours"), since when as its tooltip
+            args["duration"] = span_tag(value, now)
         else:
             args[key] = value
     if presentation.next_key == "waiting_batch":
@@ -242,26 +274,68 @@ def fill(translated: str, to: str, **values: Any) -> str:
 def resume_label(plan: ResumePlan | None) -> str:
     """The Resume button's label (HTML): what resume will do ("Retry capture", "Finish the run")."""
     if plan is None or plan.action not in RESUME_LABELS:
-        return gettext(ACTION_LABELS["resume"])
+        return label(ACTION_LABELS, "resume")
     return fill(ugettext(RESUME_LABELS[plan.action]), HTML, step=plan.step or "")
 
 
-def audit_sentence(event: Mapping[str, Any], to: str = PLAIN) -> str:
-    """"Resumed by dashboard:alice: SMTP fixed", "Step failed by system (capture #2)"."""
+def audit_sentence(event: Mapping[str, Any], to: str = PLAIN, now: datetime | None = None) -> str:
+    """"Resumed by dashboard:alice: SMTP fixed", "Step failed (capture #2)".
+
+    An event the engine wrote itself (actor ``system``) names no actor. In :data:`HTML` and
+    :data:`TEXT`, a reason the engine wrote (``message_code`` in the details) is said in the
+    viewer's language; :data:`PLAIN` (the JSON API) keeps the stored English.
+    """
     what = label(EVENT_LABELS, event["event"])  # our own words: escaped, not isolated
-    sentence = fill(ugettext("%(event)s by %(actor)s"), to, event=escape(what) if to == HTML else what,
-                    actor=event["actor"])
+    if event["actor"] == "system":
+        sentence = escape(what) if to == HTML else what
+    else:
+        sentence = fill(ugettext("%(event)s by %(actor)s"), to, event=escape(what) if to == HTML else what,
+                        actor=event["actor"])
     if event.get("step_name"):
         sentence = fill(ugettext("%(sentence)s (%(step)s #%(attempt)s)"), to, sentence=sentence,
                         step=event["step_name"], attempt=event.get("attempt") or 1)
-    if event.get("reason"):
-        sentence = fill(ugettext("%(sentence)s: %(reason)s"), to, sentence=sentence, reason=event["reason"])
+    reason: Any = event.get("reason")
+    details = event.get("details") or {}
+    if reason and to != PLAIN and isinstance(details, Mapping) and details.get("message_code"):
+        reason = system_message(details["message_code"], details.get("message_params"), reason,
+                                now or datetime.now(timezone.utc), html=to == HTML)
+    if reason:
+        sentence = fill(ugettext("%(sentence)s: %(reason)s"), to, sentence=sentence, reason=reason)
     return sentence
 
 
+#: The bulk buttons: for one run, and for several.
+BULK_ONE = {"resume": N_("Resume this run"), "skip": N_("Skip the step in this run"), "cancel": N_("Cancel this run")}
+
+
+def bulk_button(action: str, n: int) -> str:
+    """"Resume these 3 runs", "Resume this run"."""
+    if n == 1:
+        return gettext(BULK_ONE[action])
+    if action == "resume":
+        return ngettext("Resume %(num)d run", "Resume these %(num)d runs", n)
+    if action == "skip":
+        return ngettext("Skip the step in %(num)d run", "Skip the step in these %(num)d runs", n)
+    return ngettext("Cancel %(num)d run", "Cancel these %(num)d runs", n)
+
+
 def bulk_confirm(action: str, group: AttentionGroup, to: str = PLAIN) -> str:
-    """"Resume all 3 runs paused at capture on TimeoutError?"."""
+    """"Resume all 3 runs paused at capture on TimeoutError?", "Skip capture in the run?".
+
+    One run has sentences of its own ("all" is never said of one); an overdue or waiting
+    run is not paused, so only the paused groups (an error class) say "paused"."""
     n, step, error = group.count, group.step_name, group.error_class
+    if n == 1:
+        one = {
+            ("resume", True): N_("Resume the run paused at %(step)s on %(error)s?"),
+            ("resume", False): N_("Resume the run paused at %(step)s?"),
+            ("skip", True): N_("Skip %(step)s in the run paused there on %(error)s?"),
+            ("skip", False): N_("Skip %(step)s in this run?"),
+            ("cancel", True): N_("Cancel the run paused at %(step)s on %(error)s?"),
+            ("cancel", False): N_("Cancel the run at %(step)s?"),
+        }
+        values: dict[str, Any] = {"step": step, "error": error} if error else {"step": step}
+        return fill(ugettext(one[(action, bool(error))]), to, **values)
     if action == "resume":
         if error:
             return fill(ungettext("Resume %(num)d run paused at %(step)s on %(error)s?",
@@ -271,17 +345,17 @@ def bulk_confirm(action: str, group: AttentionGroup, to: str = PLAIN) -> str:
                               n), to, num=n, step=step)
     if action == "skip":
         if error:
-            return fill(ungettext("Skip %(step)s in %(num)d run stopped there on %(error)s?",
-                                  "Skip %(step)s in all %(num)d runs stopped there on %(error)s?", n),
+            return fill(ungettext("Skip %(step)s in %(num)d run paused there on %(error)s?",
+                                  "Skip %(step)s in all %(num)d runs paused there on %(error)s?", n),
                         to, num=n, step=step, error=error)
-        return fill(ungettext("Skip %(step)s in %(num)d run stopped there?",
-                              "Skip %(step)s in all %(num)d runs stopped there?", n), to, num=n, step=step)
+        return fill(ungettext("Skip %(step)s in %(num)d run?", "Skip %(step)s in all %(num)d runs?", n),
+                    to, num=n, step=step)
     if error:
-        return fill(ungettext("Cancel %(num)d run stopped at %(step)s on %(error)s?",
-                              "Cancel all %(num)d runs stopped at %(step)s on %(error)s?", n),
+        return fill(ungettext("Cancel %(num)d run paused at %(step)s on %(error)s?",
+                              "Cancel all %(num)d runs paused at %(step)s on %(error)s?", n),
                     to, num=n, step=step, error=error)
-    return fill(ungettext("Cancel %(num)d run stopped at %(step)s?", "Cancel all %(num)d runs stopped at %(step)s?",
-                          n), to, num=n, step=step)
+    return fill(ungettext("Cancel %(num)d run at %(step)s?", "Cancel all %(num)d runs at %(step)s?", n),
+                to, num=n, step=step)
 
 
 def action_confirm(action: str, workflow_class: str, step: str | None, to: str = PLAIN) -> str:

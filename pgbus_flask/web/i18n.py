@@ -38,9 +38,31 @@ def catalog_dir() -> str:
 
 
 @cache
-def translations_for(locale: str) -> NullTranslations:
-    """The compiled catalog of ``locale`` (an empty one when it is missing)."""
-    return Translations.load(catalog_dir(), [locale], domain=DOMAIN)
+def translations_for(locale: str, overrides: tuple[str, ...] = ()) -> NullTranslations:
+    """The compiled catalog of ``locale`` (an empty one when it is missing), behind the host app's
+    own ``<folder>/<locale>/LC_MESSAGES/pgbus.mo`` of each ``overrides`` folder (``PGBUS_TRANSLATIONS``):
+    a message the app translates there wins, every other comes from the shipped catalog."""
+    shipped = Translations.load(catalog_dir(), [locale], domain=DOMAIN)
+    if not overrides:
+        return shipped
+    chain: NullTranslations | None = None
+    for folder in overrides:
+        found = Translations.load(folder, [locale], domain=DOMAIN)
+        if isinstance(found, Translations):
+            if chain is None:
+                chain = found
+            else:
+                chain.add_fallback(found)
+    if chain is None:
+        return shipped
+    chain.add_fallback(shipped)
+    return chain
+
+
+def _translations() -> NullTranslations:
+    """The catalogs of this request's locale, with the host app's overrides."""
+    overrides = g.get("pgbus_translations", ()) if has_request_context() else ()
+    return translations_for(current_locale(), overrides)
 
 
 def choose_locale(offered: tuple[str, ...], default: str) -> str:
@@ -51,8 +73,20 @@ def choose_locale(offered: tuple[str, ...], default: str) -> str:
     cookie = request.cookies.get(LOCALE_COOKIE)
     if cookie in offered:
         return cookie  # type: ignore[return-value]
-    best = request.accept_languages.best_match(offered)
-    return best or default
+    return accepted(offered) or default
+
+
+def accepted(offered: tuple[str, ...]) -> str | None:
+    """The offered locale the browser's Accept-Language prefers, a region falling back on its
+    language: "sv-SE,en;q=0.5" picks ``sv``, "pt-BR" picks ``pt``; None when nothing matches."""
+    for value, quality in request.accept_languages:  # best first
+        if quality <= 0:
+            continue
+        tag = value.replace("_", "-").lower()
+        for candidate in (tag, tag.split("-")[0]):
+            if candidate in offered:
+                return candidate
+    return None
 
 
 def current_locale() -> str:
@@ -78,7 +112,7 @@ def gettext(message: str, /, **variables: Any) -> str:
     When a variable is :class:`Markup` (``bdi(name)``, ``code(step)``) the result is
     Markup too, every other variable escaped (see :func:`markup`).
     """
-    text = translations_for(current_locale()).gettext(message)
+    text = _translations().gettext(message)
     return _format(text, variables) if variables else text
 
 
@@ -93,18 +127,37 @@ _ = gettext
 
 def ngettext(singular: str, plural: str, num: int, /, **variables: Any) -> str:
     """The plural form for ``num``; ``%(num)d`` is always available."""
-    text = translations_for(current_locale()).ngettext(singular, plural, num)
+    text = _translations().ngettext(singular, plural, num)
     return _format(text, {"num": num, **variables})
+
+
+def pgettext(context: str, message: str, /, **variables: Any) -> str:
+    """``message`` in its role ``context`` (the same English as a button, an audit event, a
+    column), translated separately for each role."""
+    text = str(_translations().pgettext(context, message))
+    return _format(text, variables) if variables else text
+
+
+def npgettext(context: str, singular: str, plural: str, num: int, /, **variables: Any) -> str:
+    """:func:`ngettext` in the role ``context``."""
+    text = str(_translations().npgettext(context, singular, plural, num))
+    return _format(text, {"num": num, **variables})
+
+
+def C_(context: str, message: str) -> tuple[str, str]:
+    """Mark ``message`` in the role ``context`` for extraction (keyword ``C_:1c,2``); look it up
+    with :func:`pgettext` (``label()`` does)."""
+    return context, message
 
 
 def ugettext(message: str) -> str:
     """The translation of ``message``, unformatted (for :func:`markup`; an extraction keyword)."""
-    return translations_for(current_locale()).gettext(message)
+    return _translations().gettext(message)
 
 
 def ungettext(singular: str, plural: str, num: int) -> str:
     """The plural form for ``num``, unformatted (for :func:`markup`; an extraction keyword)."""
-    return translations_for(current_locale()).ngettext(singular, plural, num)
+    return _translations().ngettext(singular, plural, num)
 
 
 def markup(translated: str, /, **variables: Any) -> Markup:
@@ -213,6 +266,43 @@ def time_tag(moment: datetime | None, now: datetime) -> Markup:
     return Markup('<time datetime="%s" title="%s">%s</time>') % (
         moment.astimezone(timezone.utc).isoformat(), absolute(moment), relative(moment, now)
     )
+
+
+def clock(moment: datetime, now: datetime) -> str:
+    """A clock time in the viewer's timezone: "14:02" today, "4 Dec 2026, 14:02" on another day."""
+    local, today = _aware(moment).astimezone(current_tz()), _aware(now).astimezone(current_tz())
+    parsed = _babel_locale()
+    if local.date() == today.date():
+        return format_datetime(local, get_time_format("short", locale=parsed).pattern, tzinfo=current_tz(),
+                               locale=parsed)
+    glue = str(get_datetime_format("medium", locale=parsed))
+    pattern = (glue.replace("{0}", get_time_format("short", locale=parsed).pattern)
+               .replace("{1}", get_date_format("medium", locale=parsed).pattern))
+    return format_datetime(local, pattern, tzinfo=current_tz(), locale=parsed)
+
+
+def clock_tag(moment: datetime | None, now: datetime) -> Markup:
+    """``<time datetime=ISO title="in 5 minutes">14:02</time>``: a clock time, the relative time as tooltip."""
+    if moment is None:
+        return Markup("—")
+    moment = _aware(moment)
+    return Markup('<time datetime="%s" title="%s">%s</time>') % (
+        moment.astimezone(timezone.utc).isoformat(), relative(moment, now), clock(moment, now))
+
+
+def span(since: datetime, now: datetime) -> str:
+    """How long from ``since`` to ``now``: "3 hours", "2 days" (no direction)."""
+    seconds = max((_aware(now) - _aware(since)).total_seconds(), 1)
+    return format_timedelta(timedelta(seconds=seconds), locale=_babel_locale())
+
+
+def span_tag(since: datetime | None, now: datetime) -> Markup:
+    """``<time datetime=ISO title=absolute>3 hours</time>``: how long something has lasted, since when as tooltip."""
+    if since is None:
+        return Markup("—")
+    since = _aware(since)
+    return Markup('<time datetime="%s" title="%s">%s</time>') % (
+        since.astimezone(timezone.utc).isoformat(), absolute(since), span(since, now))
 
 
 def duration(seconds: float) -> str:

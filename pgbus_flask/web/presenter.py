@@ -87,11 +87,11 @@ def present(row: Mapping[str, Any], *, now: datetime, stall_threshold: timedelta
         since = row.get("paused_at") or row.get("updated_at")
         error_class = _step(row, "error_class")
         if step_status == "failed" and error_class == states.STALLED_ERROR:
-            return _result("stalled", "stalled", step=step, ago=since, attempt=attempt)
+            return _result("stalled", "stalled", step=step, since=since, attempt=attempt)
         if step_status == "failed" and error_class:
-            return _result("paused_error", "paused_error", step=step, error=error_class, ago=since,
+            return _result("paused_error", "paused_error", step=step, error=error_class, since=since,
                            attempt=attempt, message=_step(row, "error_message"))
-        return _result("paused", "paused_manual", step=step, ago=since)
+        return _result("paused", "paused_manual", step=step, since=since)
     if status == "running":
         started = _step(row, "started_at")
         stall_at = _step(row, "stall_at")
@@ -105,14 +105,14 @@ def present(row: Mapping[str, Any], *, now: datetime, stall_threshold: timedelta
                            done=int(row.get("batch_done") or 0), total=int(row.get("batch_total") or 0),
                            failed=int(row.get("batch_failed") or 0), ago=since)
         if step_status != "waiting":
-            return _result("waiting", "waiting", step=step, ago=since)
+            return _result("waiting", "waiting", step=step, since=since)
         timeout_at = _step(row, "timeout_at")
         if wait_for is None:
-            return _result("waiting", "waiting_any_signal", step=step, ago=since)
+            return _result("waiting", "waiting_any_signal", step=step, since=since)
         if timeout_at is not None:
-            return _result("waiting", "waiting_signal_deadline", signal=wait_for, step=step, ago=since,
+            return _result("waiting", "waiting_signal_deadline", signal=wait_for, step=step, since=since,
                            time=timeout_at)
-        return _result("waiting", "waiting_signal", signal=wait_for, step=step, ago=since)
+        return _result("waiting", "waiting_signal", signal=wait_for, step=step, since=since)
     # ready: its step is scheduled (for later, due now, or overdue)
     scheduled_at = _step(row, "scheduled_at") or row.get("updated_at") or now
     if scheduled_at > now:

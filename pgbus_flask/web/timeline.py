@@ -22,7 +22,7 @@ from markupsafe import Markup
 from .. import states
 from ..handle import PAGE_SIZE, AttemptBucket
 from .helpers import STEP_STATUS_LABELS
-from .i18n import N_, current_tz, duration, gettext, isolated, ngettext
+from .i18n import N_, current_tz, duration, gettext, isolated, ngettext, pgettext
 
 SERIES = ("waited", "queued", "waiting", "paused", "ran_ok", "ran_failed", "running", "cancelled")
 SERIES_LABELS = {
@@ -176,7 +176,7 @@ def render_buckets(buckets: Sequence[AttemptBucket], events: Sequence[Mapping[st
     start, end = _aware(start), _aware(end)
     width = (end - start) / stretches
     rows: dict[str, list[tuple[str, datetime, datetime, str]]] = {}
-    labels = {status: gettext(label) for status, label in STEP_STATUS_LABELS.items()}
+    labels = {status: pgettext(*label) for status, label in STEP_STATUS_LABELS.items()}
     for b in buckets:
         name = isolated(b.step_name)
         n = sum(b.statuses.values())
