@@ -10,7 +10,8 @@ refreshes them with :data:`REFRESH_ONE` (the SQL function
 audit events: every transition writes its event, so every transition
 refreshes the row it moved, in its own transaction.
 
-``pgbus_run_counts`` holds the runs by class and status, and the paused ones
+``pgbus_run_counts`` holds the runs by class and status, the ongoing ones by
+current step too (the insights pipeline, migration 0008), and the paused ones
 by attention group, as rows of +N/-N added by triggers on ``pgbus_workflows``
 (migration 0004) and folded by the sweep (:func:`fold`), so that no writer
 waits on another's counter row.
@@ -43,7 +44,7 @@ REFRESH_ALL = ("SELECT count(*) FROM pgbus_workflows"
                " AND pgbus_workflow_attention(workflow_id)")
 
 _KEY = """workflow_class, status,
-       CASE WHEN status = 'paused' THEN current_step ELSE '' END,
+       CASE WHEN status IN ('ready', 'running', 'waiting', 'paused') THEN current_step ELSE '' END,
        CASE WHEN status = 'paused' THEN COALESCE(attention_reason, '') ELSE '' END,
        CASE WHEN status = 'paused' THEN COALESCE(attention_error_class, '') ELSE '' END"""
 

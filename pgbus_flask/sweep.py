@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from . import attention, messages, runner
+from . import attention, insights, messages, runner
 from .db import Transaction
 from .engine import Engine
 from .errors import ChildLost, StepStalled, WaitTimedOut, WorkflowNotFound
@@ -83,6 +83,7 @@ class SweepReport:
     children_resent: int = 0
     deleted_runs: int = 0
     counts_folded: int = 0
+    insights_folded: int = 0
     errors: list[str] = field(default_factory=list)
 
     def total(self) -> int:
@@ -98,7 +99,8 @@ def sweep(engine: Engine) -> SweepReport:
             return SweepReport(ran=False)
         try:
             report = SweepReport()
-            for part in (_stalled, _overdue, _expired_waits, _lost_children, _retention, _fold_counts):
+            for part in (_stalled, _overdue, _expired_waits, _lost_children, _retention, _fold_counts,
+                         _fold_insights):
                 try:
                     part(engine, report)
                 except Exception as exc:  # one part failing must not stop the others
@@ -247,6 +249,16 @@ def _fold_counts(engine: Engine, report: SweepReport) -> None:
     ``total()``: it changes no run."""
     with engine.db.connection() as conn:
         report.counts_folded += attention.fold(conn)
+
+
+def _fold_insights(engine: Engine, report: SweepReport) -> None:
+    """Fold the insight deltas the audit trail's trigger added since the last sweep into
+    ``pgbus_insights``, compact rows older than two days into hourly ones, and drop expired
+    ones (:mod:`pgbus_flask.insights`). Changes no run."""
+    with engine.db.connection() as conn:
+        folded, cursor = insights.fold(conn, engine.sweep_cursors.get("insights"))
+    engine.sweep_cursors["insights"] = cursor
+    report.insights_folded += folded
 
 
 class SweepThread(threading.Thread):

@@ -26,7 +26,7 @@ from .errors import PgbusError
 
 TABLES = (
     "pgbus_batch_children", "pgbus_batches", "pgbus_workflow_signals", "pgbus_workflow_events",
-    "pgbus_workflow_steps", "pgbus_workflows", "pgbus_run_counts",
+    "pgbus_workflow_steps", "pgbus_workflows", "pgbus_run_counts", "pgbus_insight_deltas", "pgbus_insights",
 )
 
 

@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"messages"},  # the engine's own messages as codes: imports nothing of pgbus
     {"errors", "states"},
     {"config", "payload"},
-    {"logs", "db", "attention", "rq_state"},
+    {"logs", "db", "attention", "insights", "rq_state"},
     {"definition", "migrate", "testing", "orm"},
     {"engine"},
     {"runner"},

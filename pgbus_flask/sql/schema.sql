@@ -261,7 +261,7 @@ $$;
 CREATE TABLE pgbus_run_counts (
     workflow_class   text NOT NULL,
     status           text NOT NULL,
-    -- for paused runs: the attention group (current step, reason, error class or ''); '' otherwise
+    -- ongoing runs: their current step (0008); finished and cancelled: ''; paused: with the attention group
     step             text NOT NULL DEFAULT '',
     attention_reason text NOT NULL DEFAULT '',
     error_class      text NOT NULL DEFAULT '',
@@ -276,11 +276,11 @@ CREATE FUNCTION pgbus_workflows_count_update() RETURNS trigger LANGUAGE plpgsql 
 BEGIN
     INSERT INTO pgbus_run_counts (workflow_class, status, step, attention_reason, error_class, runs) VALUES
         (OLD.workflow_class, OLD.status,
-         CASE WHEN OLD.status = 'paused' THEN OLD.current_step ELSE '' END,
+         CASE WHEN OLD.status IN ('ready', 'running', 'waiting', 'paused') THEN OLD.current_step ELSE '' END,
          CASE WHEN OLD.status = 'paused' THEN COALESCE(OLD.attention_reason, '') ELSE '' END,
          CASE WHEN OLD.status = 'paused' THEN COALESCE(OLD.attention_error_class, '') ELSE '' END, -1),
         (NEW.workflow_class, NEW.status,
-         CASE WHEN NEW.status = 'paused' THEN NEW.current_step ELSE '' END,
+         CASE WHEN NEW.status IN ('ready', 'running', 'waiting', 'paused') THEN NEW.current_step ELSE '' END,
          CASE WHEN NEW.status = 'paused' THEN COALESCE(NEW.attention_reason, '') ELSE '' END,
          CASE WHEN NEW.status = 'paused' THEN COALESCE(NEW.attention_error_class, '') ELSE '' END, 1);
     RETURN NULL;
@@ -292,14 +292,14 @@ BEGIN
     IF TG_OP = 'INSERT' THEN
         INSERT INTO pgbus_run_counts (workflow_class, status, step, attention_reason, error_class, runs)
         SELECT workflow_class, status,
-               CASE WHEN status = 'paused' THEN current_step ELSE '' END,
+               CASE WHEN status IN ('ready', 'running', 'waiting', 'paused') THEN current_step ELSE '' END,
                CASE WHEN status = 'paused' THEN COALESCE(attention_reason, '') ELSE '' END,
                CASE WHEN status = 'paused' THEN COALESCE(attention_error_class, '') ELSE '' END, count(*)
         FROM added GROUP BY 1, 2, 3, 4, 5;
     ELSE
         INSERT INTO pgbus_run_counts (workflow_class, status, step, attention_reason, error_class, runs)
         SELECT workflow_class, status,
-               CASE WHEN status = 'paused' THEN current_step ELSE '' END,
+               CASE WHEN status IN ('ready', 'running', 'waiting', 'paused') THEN current_step ELSE '' END,
                CASE WHEN status = 'paused' THEN COALESCE(attention_reason, '') ELSE '' END,
                CASE WHEN status = 'paused' THEN COALESCE(attention_error_class, '') ELSE '' END, -count(*)
         FROM removed GROUP BY 1, 2, 3, 4, 5;
@@ -311,9 +311,11 @@ $$;
 CREATE TRIGGER pgbus_workflows_count_update
     AFTER UPDATE ON pgbus_workflows FOR EACH ROW
     WHEN (OLD.workflow_class IS DISTINCT FROM NEW.workflow_class OR OLD.status IS DISTINCT FROM NEW.status
+          OR (NEW.status IN ('ready', 'running', 'waiting', 'paused')
+              AND OLD.current_step IS DISTINCT FROM NEW.current_step)
           OR (NEW.status = 'paused'
-              AND (OLD.current_step, OLD.attention_reason, OLD.attention_error_class)
-                  IS DISTINCT FROM (NEW.current_step, NEW.attention_reason, NEW.attention_error_class)))
+              AND (OLD.attention_reason, OLD.attention_error_class)
+                  IS DISTINCT FROM (NEW.attention_reason, NEW.attention_error_class)))
     EXECUTE FUNCTION pgbus_workflows_count_update();
 CREATE TRIGGER pgbus_workflows_count_insert
     AFTER INSERT ON pgbus_workflows REFERENCING NEW TABLE AS added
@@ -321,3 +323,81 @@ CREATE TRIGGER pgbus_workflows_count_insert
 CREATE TRIGGER pgbus_workflows_count_delete
     AFTER DELETE ON pgbus_workflows REFERENCING OLD TABLE AS removed
     FOR EACH STATEMENT EXECUTE FUNCTION pgbus_workflows_count_rows();
+
+-- Insights (0008): pgbus_run_counts above also counts ongoing runs by current step.
+-- 2. What happened, by 5-minute bucket (hourly once older than two days): one row per
+--    (class, bucket, step, kind, label, bin). Kinds:
+--      started, finished, cancelled         runs, by the bucket of the event (step '')
+--      run_finished, run_cancelled          runs, by the bucket the run STARTED in (the funnel)
+--      reached                              runs that reached the step, by the bucket the run started in
+--      attempt                              attempts that ended, label = completed | failed
+--      error                                failed attempts, label = error class
+--      duration, wait                       attempts by bin of their run time / queue wait (ms), see
+--                                           pgbus_insight_bin; max_ms the longest in the row
+-- A trigger on the audit trail adds rows to pgbus_insight_deltas in the transaction of each
+-- event (so every transition counts exactly once, and no writer waits on a counter row); the
+-- sweep folds them into pgbus_insights, which pages read.
+
+CREATE FUNCTION pgbus_insight_bin(ms double precision) RETURNS smallint LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN ms IS NULL OR ms < 1 THEN 0 ELSE (1 + floor(ln(ms) / ln(1.5)))::smallint END
+$$;
+
+CREATE TABLE pgbus_insight_deltas (
+    workflow_class text NOT NULL,
+    bucket         timestamptz NOT NULL,
+    step           text NOT NULL DEFAULT '',
+    kind           text NOT NULL,
+    label          text NOT NULL DEFAULT '',
+    bin            smallint NOT NULL DEFAULT 0,
+    n              bigint NOT NULL,
+    max_ms         double precision
+);
+-- No index: a change costs one heap insert; the sweep reads them all and deletes what it folded.
+
+CREATE TABLE pgbus_insights (
+    workflow_class text NOT NULL,
+    bucket         timestamptz NOT NULL,
+    step           text NOT NULL DEFAULT '',
+    kind           text NOT NULL,
+    label          text NOT NULL DEFAULT '',
+    bin            smallint NOT NULL DEFAULT 0,
+    n              bigint NOT NULL,
+    max_ms         double precision,
+    PRIMARY KEY (workflow_class, bucket, step, kind, label, bin)
+);
+CREATE INDEX pgbus_insights_bucket ON pgbus_insights (bucket);
+
+CREATE FUNCTION pgbus_insights_from_events() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pgbus_insight_deltas (workflow_class, bucket, step, kind, label, bin, n, max_ms)
+    SELECT w.workflow_class, date_bin('5 minutes', v.at, timestamptz '2000-01-01 00:00+00'), v.step, v.kind,
+           v.label, v.bin, count(*), max(v.ms)
+    FROM added e
+    JOIN pgbus_workflows w ON w.workflow_id = e.workflow_id
+    LEFT JOIN pgbus_workflow_steps s ON s.id = e.step_id AND e.event IN ('step_completed', 'step_failed')
+    CROSS JOIN LATERAL (VALUES
+        (e.event IN ('started', 'finished', 'cancelled'), e.created_at, ''::text, e.event, ''::text,
+         0::smallint, NULL::double precision),
+        (e.event IN ('finished', 'cancelled'), w.created_at, '', 'run_' || e.event, '', 0::smallint, NULL),
+        (e.event = 'step_scheduled' AND e.attempt = 1, w.created_at, e.step_name, 'reached', '', 0::smallint, NULL),
+        (s.id IS NOT NULL, s.finished_at, s.step_name, 'attempt',
+         CASE WHEN e.event = 'step_completed' THEN 'completed' ELSE 'failed' END, 0::smallint, NULL),
+        (s.id IS NOT NULL AND e.event = 'step_failed', s.finished_at, s.step_name, 'error',
+         COALESCE(s.error_class, ''), 0::smallint, NULL),
+        (s.started_at IS NOT NULL, s.finished_at, s.step_name, 'duration', '',
+         pgbus_insight_bin(1000 * extract(epoch FROM s.finished_at - s.started_at)),
+         1000 * extract(epoch FROM s.finished_at - s.started_at)::double precision),
+        (s.started_at IS NOT NULL, s.finished_at, s.step_name, 'wait', '',
+         pgbus_insight_bin(1000 * extract(epoch FROM greatest(s.started_at - s.scheduled_at, interval '0'))),
+         1000 * extract(epoch FROM greatest(s.started_at - s.scheduled_at, interval '0'))::double precision)
+    ) AS v(keep, at, step, kind, label, bin, ms)
+    WHERE v.keep AND v.at IS NOT NULL
+      AND e.event IN ('started', 'finished', 'cancelled', 'step_scheduled', 'step_completed', 'step_failed')
+    GROUP BY 1, 2, 3, 4, 5, 6;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER pgbus_insights_from_events
+    AFTER INSERT ON pgbus_workflow_events REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION pgbus_insights_from_events();

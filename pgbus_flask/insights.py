@@ -1,0 +1,300 @@
+"""Insights per workflow class: the pipeline, the funnel, step durations, failures, throughput.
+
+Read from roll-ups, never from every step (migration 0008):
+
+- ``pgbus_run_counts`` counts ongoing runs by class, status and current step (the pipeline);
+- a trigger on the audit trail adds a row to ``pgbus_insight_deltas`` for every run started,
+  finished or cancelled, every step a run reaches for the first time, and every attempt that
+  ends (its outcome, error class, and the bins of its run time and queue wait), in the
+  transaction of the event: each counts exactly once, and no writer waits on a counter row;
+- the sweep folds the deltas into ``pgbus_insights`` (:func:`fold`): one row per class, bucket
+  (5 minutes; hourly once older than two days; kept 32 days), step, kind, label and bin.
+
+So insights trail the runs by up to one sweep (``PGBUS_SWEEP_INTERVAL``). Durations are kept as
+histograms with bins 1.5x wide: a percentile is the geometric middle of its bin (within about
+±22%), never above the longest attempt seen.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from psycopg import Connection
+
+from .errors import InvalidInput
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+#: The windows a page or the API may ask for, and the width of the throughput buckets in each.
+WINDOWS: dict[str, tuple[timedelta, timedelta]] = {
+    "1h": (timedelta(hours=1), timedelta(minutes=5)),
+    "24h": (timedelta(hours=24), timedelta(hours=1)),
+    "7d": (timedelta(days=7), timedelta(hours=6)),
+    "30d": (timedelta(days=30), timedelta(days=1)),
+}
+DEFAULT_WINDOW = "24h"
+#: Rolled-up rows older than this are deleted by the sweep (the longest window, and a margin).
+KEEP = timedelta(days=32)
+#: Rows older than this are merged into hourly rows.
+HOURLY_AFTER = timedelta(days=2)
+#: The most delta rows one sweep folds (the rest wait for the next).
+FOLD_BATCH = 100_000
+BIN_RATIO = 1.5
+
+FOLD = """
+    WITH moved AS (
+        DELETE FROM pgbus_insight_deltas
+        WHERE ctid = ANY(ARRAY(SELECT ctid FROM pgbus_insight_deltas LIMIT %(batch)s))
+        RETURNING *
+    )
+    INSERT INTO pgbus_insights AS i (workflow_class, bucket, step, kind, label, bin, n, max_ms)
+    SELECT workflow_class,
+           CASE WHEN bucket < now() - %(hourly)s::interval THEN date_trunc('hour', bucket) ELSE bucket END,
+           step, kind, label, bin, sum(n), max(max_ms)
+    FROM moved GROUP BY 1, 2, 3, 4, 5, 6
+    ON CONFLICT (workflow_class, bucket, step, kind, label, bin)
+    DO UPDATE SET n = i.n + EXCLUDED.n, max_ms = greatest(i.max_ms, EXCLUDED.max_ms)
+"""
+
+#: Five-minute rows older than two days, from where the last compaction stopped, into hourly rows.
+COMPACT = """
+    WITH old AS (
+        DELETE FROM pgbus_insights
+        WHERE bucket >= %(since)s AND bucket < now() - %(hourly)s::interval
+          AND bucket <> date_trunc('hour', bucket)
+        RETURNING *
+    )
+    INSERT INTO pgbus_insights AS i (workflow_class, bucket, step, kind, label, bin, n, max_ms)
+    SELECT workflow_class, date_trunc('hour', bucket), step, kind, label, bin, sum(n), max(max_ms)
+    FROM old GROUP BY 1, 2, 3, 4, 5, 6
+    ON CONFLICT (workflow_class, bucket, step, kind, label, bin)
+    DO UPDATE SET n = i.n + EXCLUDED.n, max_ms = greatest(i.max_ms, EXCLUDED.max_ms)
+"""
+
+EXPIRE = "DELETE FROM pgbus_insights WHERE bucket < now() - %s::interval"
+
+
+def fold(conn: Connection[Any], cursor: datetime | None) -> tuple[int, datetime]:
+    """Fold the deltas, compact old rows, drop expired ones: ``(delta rows folded, new cursor)``.
+    ``cursor`` is where the last compaction stopped (None: from the start)."""
+    folded = conn.execute(FOLD, {"batch": FOLD_BATCH, "hourly": HOURLY_AFTER}).rowcount
+    until = conn.execute("SELECT now() - %s::interval", (HOURLY_AFTER,)).fetchone()[0]  # type: ignore[index]
+    conn.execute(COMPACT, {"since": cursor or datetime(2000, 1, 1).astimezone(), "hourly": HOURLY_AFTER})
+    conn.execute(EXPIRE, (KEEP,))
+    return folded, until - timedelta(hours=1)
+
+
+@dataclass
+class StepInsight:
+    step: str
+    now_by_status: dict[str, int] = field(default_factory=dict)
+    reached: int = 0
+    completed_attempts: int = 0
+    failed_attempts: int = 0
+    p50_ms: float | None = None
+    p95_ms: float | None = None
+    max_ms: float | None = None
+    queue_p50_ms: float | None = None
+    queue_p95_ms: float | None = None
+    #: of the runs started in the window that reached this step, how many are still there or ended there
+    stopped_here: int = 0
+    errors: list[tuple[str, int]] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"step": self.step, "now_by_status": self.now_by_status, "reached": self.reached,
+                "completed_attempts": self.completed_attempts, "failed_attempts": self.failed_attempts,
+                "p50_ms": self.p50_ms, "p95_ms": self.p95_ms, "max_ms": self.max_ms,
+                "queue_p50_ms": self.queue_p50_ms, "queue_p95_ms": self.queue_p95_ms,
+                "stopped_here": self.stopped_here,
+                "errors": [{"error_class": name, "count": count} for name, count in self.errors]}
+
+
+@dataclass
+class Bucket:
+    start: datetime
+    started: int = 0
+    finished: int = 0
+    failed: int = 0
+
+
+@dataclass
+class Insights:
+    workflow_class: str
+    window: str
+    since: datetime
+    until: datetime
+    width: timedelta
+    started: int = 0
+    finished: int = 0
+    cancelled: int = 0
+    #: failed attempts in the window
+    failed: int = 0
+    #: of the runs started in the window: how many finished, were cancelled
+    funnel_started: int = 0
+    funnel_finished: int = 0
+    funnel_cancelled: int = 0
+    steps: list[StepInsight] = field(default_factory=list)
+    buckets: list[Bucket] = field(default_factory=list)
+    #: (step, error class, failed attempts), the most first
+    errors: list[tuple[str, str, int]] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "workflow_class": self.workflow_class, "window": self.window, "since": self.since.isoformat(),
+            "until": self.until.isoformat(), "bucket_seconds": int(self.width.total_seconds()),
+            "started": self.started, "finished": self.finished, "cancelled": self.cancelled, "failed": self.failed,
+            "funnel": {"started": self.funnel_started, "finished": self.funnel_finished,
+                       "cancelled": self.funnel_cancelled},
+            "steps": [s.as_json() for s in self.steps],
+            "buckets": [{"start": b.start.isoformat(), "started": b.started, "finished": b.finished,
+                         "failed": b.failed} for b in self.buckets],
+            "errors": [{"step": s, "error_class": e, "count": n} for s, e, n in self.errors],
+        }
+
+
+def _bin_value(bin_: int) -> float:
+    """The geometric middle of a bin, in ms (bin 0: under 1 ms)."""
+    return 0.5 if bin_ <= 0 else BIN_RATIO ** (bin_ - 0.5)
+
+
+def percentile(bins: dict[int, int], q: float, longest: float | None) -> float | None:
+    """The ``q`` quantile (0..1) of a histogram ``{bin: count}``, in ms, never above ``longest``."""
+    total = sum(bins.values())
+    if total == 0:
+        return None
+    rank = max(1, math.ceil(q * total))
+    seen = 0
+    for bin_ in sorted(bins):
+        seen += bins[bin_]
+        if seen >= rank:
+            value = _bin_value(bin_)
+            return round(min(value, longest) if longest is not None else value, 1)
+    return None  # pragma: no cover - the loop always reaches rank
+
+
+def window_of(value: str | None) -> str:
+    """``value`` when it names a window (1h, 24h, 7d, 30d); the default for none; InvalidInput otherwise."""
+    if value is None or value == "":
+        return DEFAULT_WINDOW
+    if value not in WINDOWS:
+        raise InvalidInput("window", f"must be one of {', '.join(WINDOWS)}, not {value[:40]!r}")
+    return value
+
+
+_ROWS = """
+    SELECT step, kind, label, bin, sum(n)::bigint, max(max_ms)
+    FROM pgbus_insights WHERE workflow_class = %(cls)s AND bucket >= %(since)s
+    GROUP BY 1, 2, 3, 4
+"""
+_SERIES = """
+    SELECT date_bin(%(width)s::interval, bucket, %(origin)s) AS b, kind, sum(n)::bigint
+    FROM pgbus_insights
+    WHERE workflow_class = %(cls)s AND bucket >= %(since)s
+      AND step = '' AND kind IN ('started', 'finished')
+    GROUP BY 1, 2
+    UNION ALL
+    SELECT date_bin(%(width)s::interval, bucket, %(origin)s), 'failed', sum(n)::bigint
+    FROM pgbus_insights
+    WHERE workflow_class = %(cls)s AND bucket >= %(since)s AND kind = 'attempt' AND label = 'failed'
+    GROUP BY 1
+"""
+_NOW = """
+    SELECT step, status, sum(runs)::bigint FROM pgbus_run_counts
+    WHERE workflow_class = %(cls)s AND status IN ('ready', 'running', 'waiting', 'paused')
+    GROUP BY 1, 2 HAVING sum(runs) <> 0
+"""
+
+
+def insights(engine: Engine, workflow_class: str, window: str | None = None,
+             step_names: list[str] | None = None) -> Insights:
+    """The insights of ``workflow_class`` over ``window`` (one of :data:`WINDOWS`).
+
+    ``step_names``: the class's steps in declaration order (steps seen in the roll-ups but no
+    longer declared follow them)."""
+    window = window_of(window)
+    span, width = WINDOWS[window]
+    with engine.db.connection() as conn:
+        now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        origin = datetime(2000, 1, 1, tzinfo=now.tzinfo)
+        # the first bucket is the one the window starts in, so a window holds whole buckets
+        first = origin + ((now - span) - origin) // width * width
+        params = {"cls": workflow_class, "since": first, "width": width, "origin": origin}
+        rows = conn.execute(_ROWS, params).fetchall()
+        series = conn.execute(_SERIES, params).fetchall()
+        at_now = conn.execute(_NOW, params).fetchall()
+    result = Insights(workflow_class, window, first, now, width)
+    steps: dict[str, StepInsight] = {name: StepInsight(name) for name in (step_names or [])}
+    durations: dict[str, dict[int, int]] = {}
+    waits: dict[str, dict[int, int]] = {}
+    longest: dict[str, float] = {}
+    longest_wait: dict[str, float] = {}
+
+    def step(name: str) -> StepInsight:
+        if name not in steps:
+            steps[name] = StepInsight(name)
+        return steps[name]
+
+    for name, kind, label, bin_, n, max_ms in rows:
+        n = int(n)
+        if kind == "started":
+            result.started += n
+        elif kind == "finished":
+            result.finished += n
+        elif kind == "cancelled":
+            result.cancelled += n
+        elif kind == "run_finished":
+            result.funnel_finished += n
+        elif kind == "run_cancelled":
+            result.funnel_cancelled += n
+        elif kind == "reached":
+            step(name).reached += n
+        elif kind == "attempt":
+            if label == "failed":
+                step(name).failed_attempts += n
+                result.failed += n
+            else:
+                step(name).completed_attempts += n
+        elif kind == "error":
+            step(name).errors.append((label, n))
+            result.errors.append((name, label, n))
+        elif kind == "duration":
+            durations.setdefault(name, {})[int(bin_)] = durations.get(name, {}).get(int(bin_), 0) + n
+            if max_ms is not None:
+                longest[name] = max(longest.get(name, 0.0), float(max_ms))
+        elif kind == "wait":
+            waits.setdefault(name, {})[int(bin_)] = waits.get(name, {}).get(int(bin_), 0) + n
+            if max_ms is not None:
+                longest_wait[name] = max(longest_wait.get(name, 0.0), float(max_ms))
+    for name, status, runs in at_now:
+        if name:
+            step(name).now_by_status[status] = int(runs)
+    for name, insight in steps.items():
+        bins = durations.get(name, {})
+        insight.p50_ms = percentile(bins, 0.5, longest.get(name))
+        insight.p95_ms = percentile(bins, 0.95, longest.get(name))
+        insight.max_ms = round(longest[name], 1) if name in longest else None
+        insight.queue_p50_ms = percentile(waits.get(name, {}), 0.5, longest_wait.get(name))
+        insight.queue_p95_ms = percentile(waits.get(name, {}), 0.95, longest_wait.get(name))
+        insight.errors.sort(key=lambda item: (-item[1], item[0]))
+    ordered = list(steps.values())
+    result.steps = ordered
+    # the funnel: runs started in the window are the ones that reached the first step
+    result.funnel_started = ordered[0].reached if ordered else 0
+    for here, after in zip(ordered, [*ordered[1:], None][: len(ordered)], strict=True):
+        onward = after.reached if after is not None else result.funnel_finished
+        here.stopped_here = max(here.reached - onward, 0)
+    result.errors.sort(key=lambda item: (-item[2], item[0], item[1]))
+    counts: dict[datetime, Bucket] = {}
+    start = first
+    while start <= now:
+        counts[start] = Bucket(start)
+        start += width
+    for moment, kind, n in series:
+        bucket = counts.setdefault(moment, Bucket(moment))
+        setattr(bucket, kind, getattr(bucket, kind) + int(n))
+    result.buckets = [counts[k] for k in sorted(counts)]
+    return result
