@@ -104,6 +104,41 @@ class Figure:
     size: int | None = None
 
 
+# Insights roll-ups (pgbus_insights, migration 0008) as 30 days of steady traffic would leave them:
+# per class, 5-minute rows for the last two days and hourly rows before, each with runs started,
+# finished and cancelled, five steps reached, attempts completed and failed (two error classes),
+# and log-normal-ish run times and queue waits spread over 8 and 6 bins.
+INSIGHTS_SEED = """
+WITH buckets AS (
+    SELECT b, 1 AS scale FROM generate_series(date_bin('5 minutes', now() - interval '2 days',
+                                                       timestamptz '2000-01-01 00:00+00'),
+                                              now(), interval '5 minutes') b
+    UNION ALL
+    SELECT b, 12 FROM generate_series(date_trunc('hour', now() - interval '31 days'),
+                                      date_trunc('hour', now() - interval '2 days') - interval '1 hour',
+                                      interval '1 hour') b
+), classes AS (SELECT unnest(ARRAY['FiveNoop', 'ThreeSteps', 'WaitsForPayment']) AS cls),
+steps AS (SELECT 's' || k AS step, k FROM generate_series(1, 5) k)
+INSERT INTO pgbus_insights (workflow_class, bucket, step, kind, label, bin, n, max_ms)
+SELECT cls, b, '', kind, '', 0, 100 * scale, NULL
+FROM buckets, classes, unnest(ARRAY['started', 'finished', 'cancelled', 'run_finished', 'run_cancelled']) kind
+UNION ALL
+SELECT cls, b, step, 'reached', '', 0, (100 - 2 * k) * scale, NULL FROM buckets, classes, steps
+UNION ALL
+SELECT cls, b, step, 'attempt', label, 0, CASE label WHEN 'completed' THEN 98 ELSE 3 END * scale, NULL
+FROM buckets, classes, steps, unnest(ARRAY['completed', 'failed']) label
+UNION ALL
+SELECT cls, b, step, 'error', label, 0, (1 + (label = 'TimeoutError')::int) * scale, NULL
+FROM buckets, classes, steps, unnest(ARRAY['TimeoutError', 'ValueError']) label
+UNION ALL
+SELECT cls, b, step, 'duration', '', 10 + d, (20 - abs(d - 4) * 4) * scale, 1.5 ^ (11 + d)
+FROM buckets, classes, steps, generate_series(0, 7) d
+UNION ALL
+SELECT cls, b, step, 'wait', '', 3 + d, (20 - abs(d - 3) * 5) * scale, 1.5 ^ (4 + d)
+FROM buckets, classes, steps, generate_series(0, 5) d
+"""
+
+
 def timed(name: str, fn: Callable[[], Any], repeat: int) -> Figure:
     """p50 and p95 of ``repeat`` calls after two warm-up calls; a response's status and size."""
     result: Any = None
@@ -148,6 +183,14 @@ def prepare(args: argparse.Namespace) -> str:
             attention.refresh(conn, [conn.execute(f"SELECT {BIG_RUN}").fetchone()[0]])  # type: ignore[index]
         conn.execute("VACUUM ANALYZE")
     print(f"  seeded the run with 3,000 attempts and 20,000 events in {time.perf_counter() - t:.1f} s", flush=True)
+    t = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DELETE FROM pgbus_insight_deltas")  # the seed's 'started' events, folded or not
+        conn.execute("DELETE FROM pgbus_insights")
+        conn.execute(INSIGHTS_SEED.encode())
+        rows = conn.execute("SELECT count(*) FROM pgbus_insights").fetchone()[0]  # type: ignore[index]
+        conn.execute("VACUUM ANALYZE pgbus_insights")
+    print(f"  seeded {rows:,} insight rows (30 days of 3 classes) in {time.perf_counter() - t:.1f} s", flush=True)
     return url
 
 
@@ -217,6 +260,11 @@ def measure(args: argparse.Namespace, url: str) -> list[Figure]:
         ("api run (3,000 attempts)", f"/pgbus/api/runs/{ids['big']}"),
         ("batch page", f"/pgbus/batches/{ids['batch']}"),
         ("api batch", f"/pgbus/api/batches/{ids['batch']}"),
+        ("insights, 1h", "/pgbus/classes/FiveNoop/insights?window=1h"),
+        ("insights, 24h", "/pgbus/classes/FiveNoop/insights?window=24h"),
+        ("insights, 7d", "/pgbus/classes/FiveNoop/insights?window=7d"),
+        ("insights, 30d", "/pgbus/classes/FiveNoop/insights?window=30d"),
+        ("api insights, 30d", "/pgbus/api/classes/FiveNoop/insights?window=30d"),
     ]
     if args.only:
         pages = [p for p in pages if any(word in p[0] for word in args.only.split(","))]

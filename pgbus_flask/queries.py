@@ -122,6 +122,28 @@ def stuck_reason_counts(engine: Engine, workflow_class: str | None = None,
 
 
 @dataclass(frozen=True)
+class Stats:
+    """What a host app's layout shows of pgbus: ongoing runs, paused ones, and those needing a person."""
+
+    ongoing: int
+    paused: int
+    attention: int
+
+
+def stats(engine: Engine) -> Stats:
+    """:class:`Stats` in one statement: the counts table, and the index ranges of the due reasons."""
+    params = _base(engine, None, None)
+    due = "".join(f" + (SELECT count(*) FROM pgbus_workflows w WHERE {_DUE[reason]})"
+                  for reason in _due_reasons(engine))
+    row = _read(engine, f"""
+        SELECT COALESCE(sum(runs) FILTER (WHERE status IN ('ready', 'running', 'waiting', 'paused')), 0),
+               COALESCE(sum(runs) FILTER (WHERE status = 'paused'), 0),
+               COALESCE(sum(runs) FILTER (WHERE status = 'paused' AND attention_reason <> ''), 0){due}
+        FROM pgbus_run_counts""", params)[0]
+    return Stats(int(row[0]), int(row[1]), int(row[2]))
+
+
+@dataclass(frozen=True)
 class AttentionGroup:
     workflow_class: str
     step_name: str

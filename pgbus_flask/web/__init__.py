@@ -23,7 +23,7 @@ from werkzeug.wrappers import Response
 from .. import db, states
 from ..engine import Engine
 from ..errors import DatabaseUnavailable, PgbusError, SchemaMissing, WorkflowNotFound
-from . import api, helpers, i18n, inputs, insights, messages, security, views
+from . import api, embed, helpers, i18n, inputs, insights, messages, security, views
 
 log = logging.getLogger("pgbus_flask.web")
 
@@ -157,6 +157,7 @@ def make_blueprint(engine: Engine) -> Blueprint:
 
     pages = views.register(bp, engine)
     insights.register(bp, engine, pages)  # before the API's catch-all rule
+    embed.register(bp, engine)
     api.register(bp, engine, pages)
     return bp
 
