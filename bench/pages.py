@@ -104,12 +104,13 @@ class Figure:
     size: int | None = None
 
 
-# Insights roll-ups (pgbus_insights, migration 0008) as 30 days of steady traffic would leave them:
-# per class, 5-minute rows for the last two days and hourly rows before, each with runs started,
-# finished and cancelled, five steps reached, attempts completed and failed (two error classes),
-# and log-normal-ish run times and queue waits spread over 8 and 6 bins.
+# Insights roll-ups (pgbus_insights, migration 0008) as 31 days of steady traffic would leave them,
+# per class, at the granularity the sweep keeps: runs started, finished and cancelled and attempts
+# completed and failed by 5 minutes for two days and by the hour before; the funnel (five steps
+# reached), two error classes, and run times and queue waits spread over 8 and 6 bins, by the hour
+# for two days and by the day before.
 INSIGHTS_SEED = """
-WITH buckets AS (
+WITH fine AS (
     SELECT b, 1 AS scale FROM generate_series(date_bin('5 minutes', now() - interval '2 days',
                                                        timestamptz '2000-01-01 00:00+00'),
                                               now(), interval '5 minutes') b
@@ -117,25 +118,35 @@ WITH buckets AS (
     SELECT b, 12 FROM generate_series(date_trunc('hour', now() - interval '31 days'),
                                       date_trunc('hour', now() - interval '2 days') - interval '1 hour',
                                       interval '1 hour') b
+), coarse AS (
+    SELECT b, 12 AS scale FROM generate_series(date_trunc('hour', now() - interval '2 days'), now(),
+                                               interval '1 hour') b
+    UNION ALL
+    SELECT b, 288 FROM generate_series(date_trunc('day', now() - interval '31 days', 'UTC'),
+                                       date_trunc('day', now() - interval '2 days', 'UTC') - interval '1 day',
+                                       interval '1 day') b
 ), classes AS (SELECT unnest(ARRAY['FiveNoop', 'ThreeSteps', 'WaitsForPayment']) AS cls),
 steps AS (SELECT 's' || k AS step, k FROM generate_series(1, 5) k)
 INSERT INTO pgbus_insights (workflow_class, bucket, step, kind, label, bin, n, max_ms)
-SELECT cls, b, '', kind, '', 0, 100 * scale, NULL
-FROM buckets, classes, unnest(ARRAY['started', 'finished', 'cancelled', 'run_finished', 'run_cancelled']) kind
-UNION ALL
-SELECT cls, b, step, 'reached', '', 0, (100 - 2 * k) * scale, NULL FROM buckets, classes, steps
+SELECT cls, b, '', kind, '', 0::smallint, 100 * scale, NULL::double precision
+FROM fine, classes, unnest(ARRAY['started', 'finished', 'cancelled']) kind
 UNION ALL
 SELECT cls, b, step, 'attempt', label, 0, CASE label WHEN 'completed' THEN 98 ELSE 3 END * scale, NULL
-FROM buckets, classes, steps, unnest(ARRAY['completed', 'failed']) label
+FROM fine, classes, steps, unnest(ARRAY['completed', 'failed']) label
+UNION ALL
+SELECT cls, b, '', kind, '', 0, 100 * scale, NULL
+FROM coarse, classes, unnest(ARRAY['run_finished', 'run_cancelled']) kind
+UNION ALL
+SELECT cls, b, step, 'reached', '', 0, (100 - 2 * k) * scale, NULL FROM coarse, classes, steps
 UNION ALL
 SELECT cls, b, step, 'error', label, 0, (1 + (label = 'TimeoutError')::int) * scale, NULL
-FROM buckets, classes, steps, unnest(ARRAY['TimeoutError', 'ValueError']) label
+FROM coarse, classes, steps, unnest(ARRAY['TimeoutError', 'ValueError']) label
 UNION ALL
 SELECT cls, b, step, 'duration', '', 10 + d, (20 - abs(d - 4) * 4) * scale, 1.5 ^ (11 + d)
-FROM buckets, classes, steps, generate_series(0, 7) d
+FROM coarse, classes, steps, generate_series(0, 7) d
 UNION ALL
 SELECT cls, b, step, 'wait', '', 3 + d, (20 - abs(d - 3) * 5) * scale, 1.5 ^ (4 + d)
-FROM buckets, classes, steps, generate_series(0, 5) d
+FROM coarse, classes, steps, generate_series(0, 5) d
 """
 
 
@@ -174,6 +185,7 @@ def prepare(args: argparse.Namespace) -> str:
                          " WHERE status = 'in_progress' AND stall_at < now() + interval '10 minutes'")
             conn.execute("VACUUM ANALYZE")
         print(f"  reusing {name}", flush=True)
+        seed_insights(url)
         return url
     url = seed(args.server_url, args.runs, name)
     t = time.perf_counter()
@@ -183,15 +195,20 @@ def prepare(args: argparse.Namespace) -> str:
             attention.refresh(conn, [conn.execute(f"SELECT {BIG_RUN}").fetchone()[0]])  # type: ignore[index]
         conn.execute("VACUUM ANALYZE")
     print(f"  seeded the run with 3,000 attempts and 20,000 events in {time.perf_counter() - t:.1f} s", flush=True)
+    seed_insights(url)
+    return url
+
+
+def seed_insights(url: str) -> None:
+    """Replace the insight roll-ups with :data:`INSIGHTS_SEED` (the seed's own events folded or not)."""
     t = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("DELETE FROM pgbus_insight_deltas")  # the seed's 'started' events, folded or not
+        conn.execute("DELETE FROM pgbus_insight_deltas")
         conn.execute("DELETE FROM pgbus_insights")
         conn.execute(INSIGHTS_SEED.encode())
         rows = conn.execute("SELECT count(*) FROM pgbus_insights").fetchone()[0]  # type: ignore[index]
         conn.execute("VACUUM ANALYZE pgbus_insights")
     print(f"  seeded {rows:,} insight rows (30 days of 3 classes) in {time.perf_counter() - t:.1f} s", flush=True)
-    return url
 
 
 def targets(url: str) -> dict[str, Any]:

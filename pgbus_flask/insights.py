@@ -7,10 +7,14 @@ Read from roll-ups, never from every step (migration 0008):
   finished or cancelled, every step a run reaches for the first time, and every attempt that
   ends (its outcome, error class, and the bins of its run time and queue wait), in the
   transaction of the event: each counts exactly once, and no writer waits on a counter row;
-- the sweep folds the deltas into ``pgbus_insights`` (:func:`fold`): one row per class, bucket
-  (5 minutes; hourly once older than two days; kept 32 days), step, kind, label and bin.
+- the sweep folds the deltas into ``pgbus_insights`` (:func:`fold`): one row per class, bucket,
+  step, kind, label and bin. Runs started, finished and cancelled and attempts ended (the
+  throughput chart) are kept by 5 minutes, hourly once older than two days; the funnel, the
+  durations and the errors by the hour, by the UTC day once older than two days; all for 32 days.
 
-So insights trail the runs by up to one sweep (``PGBUS_SWEEP_INTERVAL``). Durations are kept as
+So insights trail the runs by up to one sweep (``PGBUS_SWEEP_INTERVAL``), and the funnel,
+durations and errors of a window count whole hours (whole days beyond two days) from the one the
+window starts in. Durations are kept as
 histograms with bins 1.5x wide: a percentile is the geometric middle of its bin (within about
 ±22%), never above the longest attempt seen.
 """
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from psycopg import Connection
@@ -45,31 +49,38 @@ HOURLY_AFTER = timedelta(days=2)
 FOLD_BATCH = 100_000
 BIN_RATIO = 1.5
 
-FOLD = """
+#: The kinds kept by 5 minutes (the throughput chart's series); every other kind is kept by the hour.
+FINE = ("started", "finished", "cancelled", "attempt")
+_FINE_SQL = "kind IN ('started', 'finished', 'cancelled', 'attempt')"
+
+#: The bucket a row older than two days is merged into: the hour for the fine kinds, the UTC day
+#: for the others.
+_OLD_BUCKET = f"CASE WHEN {_FINE_SQL} THEN date_trunc('hour', bucket) ELSE date_trunc('day', bucket, 'UTC') END"
+
+FOLD = f"""
     WITH moved AS (
         DELETE FROM pgbus_insight_deltas
         WHERE ctid = ANY(ARRAY(SELECT ctid FROM pgbus_insight_deltas LIMIT %(batch)s))
         RETURNING *
     )
     INSERT INTO pgbus_insights AS i (workflow_class, bucket, step, kind, label, bin, n, max_ms)
-    SELECT workflow_class,
-           CASE WHEN bucket < now() - %(hourly)s::interval THEN date_trunc('hour', bucket) ELSE bucket END,
+    SELECT workflow_class, CASE WHEN bucket < now() - %(hourly)s::interval THEN {_OLD_BUCKET} ELSE bucket END,
            step, kind, label, bin, sum(n), max(max_ms)
     FROM moved GROUP BY 1, 2, 3, 4, 5, 6
     ON CONFLICT (workflow_class, bucket, step, kind, label, bin)
     DO UPDATE SET n = i.n + EXCLUDED.n, max_ms = greatest(i.max_ms, EXCLUDED.max_ms)
 """
 
-#: Five-minute rows older than two days, from where the last compaction stopped, into hourly rows.
-COMPACT = """
+#: Rows older than two days, from where the last compaction stopped, merged into hourly (fine kinds)
+#: or daily rows.
+COMPACT = f"""
     WITH old AS (
         DELETE FROM pgbus_insights
-        WHERE bucket >= %(since)s AND bucket < now() - %(hourly)s::interval
-          AND bucket <> date_trunc('hour', bucket)
+        WHERE bucket >= %(since)s AND bucket < now() - %(hourly)s::interval AND bucket <> {_OLD_BUCKET}
         RETURNING *
     )
     INSERT INTO pgbus_insights AS i (workflow_class, bucket, step, kind, label, bin, n, max_ms)
-    SELECT workflow_class, date_trunc('hour', bucket), step, kind, label, bin, sum(n), max(max_ms)
+    SELECT workflow_class, {_OLD_BUCKET}, step, kind, label, bin, sum(n), max(max_ms)
     FROM old GROUP BY 1, 2, 3, 4, 5, 6
     ON CONFLICT (workflow_class, bucket, step, kind, label, bin)
     DO UPDATE SET n = i.n + EXCLUDED.n, max_ms = greatest(i.max_ms, EXCLUDED.max_ms)
@@ -85,7 +96,7 @@ def fold(conn: Connection[Any], cursor: datetime | None) -> tuple[int, datetime]
     until = conn.execute("SELECT now() - %s::interval", (HOURLY_AFTER,)).fetchone()[0]  # type: ignore[index]
     conn.execute(COMPACT, {"since": cursor or datetime(2000, 1, 1).astimezone(), "hourly": HOURLY_AFTER})
     conn.execute(EXPIRE, (KEEP,))
-    return folded, until - timedelta(hours=1)
+    return folded, until - timedelta(days=1)
 
 
 @dataclass
@@ -185,9 +196,13 @@ def window_of(value: str | None) -> str:
     return value
 
 
-_ROWS = """
+# The fine kinds from the window's first bucket; the others from the start of the hour (the day,
+# beyond two days) the window starts in: their rows are whole hours or days.
+_ROWS = f"""
     SELECT step, kind, label, bin, sum(n)::bigint, max(max_ms)
-    FROM pgbus_insights WHERE workflow_class = %(cls)s AND bucket >= %(since)s
+    FROM pgbus_insights
+    WHERE workflow_class = %(cls)s AND bucket >= %(coarse)s
+      AND (bucket >= %(since)s OR NOT {_FINE_SQL})
     GROUP BY 1, 2, 3, 4
 """
 _SERIES = """
@@ -222,7 +237,9 @@ def insights(engine: Engine, workflow_class: str, window: str | None = None,
         origin = datetime(2000, 1, 1, tzinfo=now.tzinfo)
         # the first bucket is the one the window starts in, so a window holds whole buckets
         first = origin + ((now - span) - origin) // width * width
-        params = {"cls": workflow_class, "since": first, "width": width, "origin": origin}
+        coarse = (first.replace(minute=0, second=0, microsecond=0) if span <= HOURLY_AFTER
+                  else first.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0))
+        params = {"cls": workflow_class, "since": first, "coarse": coarse, "width": width, "origin": origin}
         rows = conn.execute(_ROWS, params).fetchall()
         series = conn.execute(_SERIES, params).fetchall()
         at_now = conn.execute(_NOW, params).fetchall()

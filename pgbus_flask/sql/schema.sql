@@ -325,8 +325,9 @@ CREATE TRIGGER pgbus_workflows_count_delete
     FOR EACH STATEMENT EXECUTE FUNCTION pgbus_workflows_count_rows();
 
 -- Insights (0008): pgbus_run_counts above also counts ongoing runs by current step.
--- 2. What happened, by 5-minute bucket (hourly once older than two days): one row per
---    (class, bucket, step, kind, label, bin). Kinds:
+-- 2. What happened: one row per (class, bucket, step, kind, label, bin). Runs started, finished
+--    and cancelled and attempts ended are kept by 5 minutes (hourly once older than two days), for
+--    the throughput chart; the rest by the hour (by the UTC day once older than two days). Kinds:
 --      started, finished, cancelled         runs, by the bucket of the event (step '')
 --      run_finished, run_cancelled          runs, by the bucket the run STARTED in (the funnel)
 --      reached                              runs that reached the step, by the bucket the run started in
@@ -370,7 +371,9 @@ CREATE INDEX pgbus_insights_bucket ON pgbus_insights (bucket);
 CREATE FUNCTION pgbus_insights_from_events() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO pgbus_insight_deltas (workflow_class, bucket, step, kind, label, bin, n, max_ms)
-    SELECT w.workflow_class, date_bin('5 minutes', v.at, timestamptz '2000-01-01 00:00+00'), v.step, v.kind,
+    SELECT w.workflow_class,
+           date_bin(CASE WHEN v.kind IN ('started', 'finished', 'cancelled', 'attempt') THEN interval '5 minutes'
+                         ELSE interval '1 hour' END, v.at, timestamptz '2000-01-01 00:00+00'), v.step, v.kind,
            v.label, v.bin, count(*), max(v.ms)
     FROM added e
     JOIN pgbus_workflows w ON w.workflow_id = e.workflow_id
