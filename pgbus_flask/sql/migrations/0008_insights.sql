@@ -109,32 +109,35 @@ CREATE INDEX pgbus_insights_bucket ON pgbus_insights (bucket);
 CREATE FUNCTION pgbus_insights_from_events() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO pgbus_insight_deltas (workflow_class, bucket, step, kind, label, bin, n, max_ms)
+    SELECT w.workflow_class, date_bin(interval '5 minutes', e.created_at, timestamptz '2000-01-01 00:00+00'), '',
+           e.event, '', 0::smallint, 1, NULL::double precision
+    FROM added e JOIN pgbus_workflows w ON w.workflow_id = e.workflow_id
+    WHERE e.event IN ('started', 'finished', 'cancelled')
+    UNION ALL
+    SELECT w.workflow_class, date_bin(interval '1 hour', w.created_at, timestamptz '2000-01-01 00:00+00'),
+           CASE WHEN e.event = 'step_scheduled' THEN e.step_name ELSE '' END,
+           CASE WHEN e.event = 'step_scheduled' THEN 'reached' ELSE 'run_' || e.event END, '', 0::smallint, 1, NULL
+    FROM added e JOIN pgbus_workflows w ON w.workflow_id = e.workflow_id
+    WHERE e.event IN ('finished', 'cancelled') OR (e.event = 'step_scheduled' AND e.attempt = 1)
+    UNION ALL
     SELECT w.workflow_class,
-           date_bin(CASE WHEN v.kind IN ('started', 'finished', 'cancelled', 'attempt') THEN interval '5 minutes'
-                         ELSE interval '1 hour' END, v.at, timestamptz '2000-01-01 00:00+00'), v.step, v.kind,
-           v.label, v.bin, count(*), max(v.ms)
+           date_bin(CASE WHEN v.kind = 'attempt' THEN interval '5 minutes' ELSE interval '1 hour' END, s.finished_at,
+                    timestamptz '2000-01-01 00:00+00'),
+           s.step_name, v.kind, v.label, v.bin, 1, v.ms
     FROM added e
+    JOIN pgbus_workflow_steps s ON s.id = e.step_id
     JOIN pgbus_workflows w ON w.workflow_id = e.workflow_id
-    LEFT JOIN pgbus_workflow_steps s ON s.id = e.step_id AND e.event IN ('step_completed', 'step_failed')
+    CROSS JOIN LATERAL (SELECT 1000 * extract(epoch FROM s.finished_at - s.started_at)::double precision AS run_ms,
+                               1000 * extract(epoch FROM greatest(s.started_at - s.scheduled_at, interval '0'))
+                                   ::double precision AS wait_ms) m
     CROSS JOIN LATERAL (VALUES
-        (e.event IN ('started', 'finished', 'cancelled'), e.created_at, ''::text, e.event, ''::text,
-         0::smallint, NULL::double precision),
-        (e.event IN ('finished', 'cancelled'), w.created_at, '', 'run_' || e.event, '', 0::smallint, NULL),
-        (e.event = 'step_scheduled' AND e.attempt = 1, w.created_at, e.step_name, 'reached', '', 0::smallint, NULL),
-        (s.id IS NOT NULL, s.finished_at, s.step_name, 'attempt',
-         CASE WHEN e.event = 'step_completed' THEN 'completed' ELSE 'failed' END, 0::smallint, NULL),
-        (s.id IS NOT NULL AND e.event = 'step_failed', s.finished_at, s.step_name, 'error',
-         COALESCE(s.error_class, ''), 0::smallint, NULL),
-        (s.started_at IS NOT NULL, s.finished_at, s.step_name, 'duration', '',
-         pgbus_insight_bin(1000 * extract(epoch FROM s.finished_at - s.started_at)),
-         1000 * extract(epoch FROM s.finished_at - s.started_at)::double precision),
-        (s.started_at IS NOT NULL, s.finished_at, s.step_name, 'wait', '',
-         pgbus_insight_bin(1000 * extract(epoch FROM greatest(s.started_at - s.scheduled_at, interval '0'))),
-         1000 * extract(epoch FROM greatest(s.started_at - s.scheduled_at, interval '0'))::double precision)
-    ) AS v(keep, at, step, kind, label, bin, ms)
-    WHERE v.keep AND v.at IS NOT NULL
-      AND e.event IN ('started', 'finished', 'cancelled', 'step_scheduled', 'step_completed', 'step_failed')
-    GROUP BY 1, 2, 3, 4, 5, 6;
+        (true, 'attempt', CASE WHEN e.event = 'step_completed' THEN 'completed' ELSE 'failed' END, 0::smallint,
+         NULL::double precision),
+        (e.event = 'step_failed', 'error', COALESCE(s.error_class, ''), 0::smallint, NULL),
+        (s.started_at IS NOT NULL, 'duration', '', pgbus_insight_bin(m.run_ms), m.run_ms),
+        (s.started_at IS NOT NULL, 'wait', '', pgbus_insight_bin(m.wait_ms), m.wait_ms)
+    ) AS v(keep, kind, label, bin, ms)
+    WHERE e.event IN ('step_completed', 'step_failed') AND s.finished_at IS NOT NULL AND v.keep;
     RETURN NULL;
 END
 $$;
