@@ -14,7 +14,7 @@ cookie from a ``?locale=`` in this tab's URL after another tab chose another.
 
 from __future__ import annotations
 
-from datetime import timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 from babel.dates import format_timedelta
@@ -40,12 +40,15 @@ def interval_ms(settings: Settings) -> int | None:
     return int(settings.live_refresh.total_seconds() * 1000)
 
 
-def context(settings: Settings, now: Any) -> dict[str, Any]:
+def context(settings: Settings, now: datetime) -> dict[str, Any]:
     """What ``base.html`` needs to make a page live (``live_ms`` None: a page that stays as it is)."""
-    period = settings.live_refresh or timedelta(0)
+    live_ms = interval_ms(settings)
+    if live_ms is None or settings.live_refresh is None:
+        return {"live_ms": None}
     return {
-        "live_ms": interval_ms(settings),
+        "live_ms": live_ms,
         # When the page's data was read: "Not updated since 14:02" once a refresh fails.
-        "live_since": Markup('<time datetime="%s">%s</time>') % (now.astimezone(timezone.utc).isoformat(), i18n.clock(now, now)),
-        "live_period": format_timedelta(period, threshold=2, locale=i18n.current_locale()),
+        "live_since": Markup('<time datetime="%s">%s</time>') % (
+            now.astimezone(timezone.utc).isoformat(), i18n.clock(now, now)),
+        "live_period": format_timedelta(settings.live_refresh, threshold=2, locale=i18n.current_locale()),
     }

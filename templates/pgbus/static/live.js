@@ -2,7 +2,9 @@
 // (<body data-live-interval="ms">, from PGBUS_LIVE_REFRESH). Every interval it
 // asks for this same URL with "X-Pgbus-Live: 1" and swaps in each region
 // (data-live="name") whose HTML changed, but never one the operator is in: the
-// focused element, a field they changed, or text they selected. No request
+// focused element, a field they changed, or text they selected. A swap is one
+// DOM operation, so the page's scroll stays; open <details> and scrolled boxes
+// inside a region are carried over to its new copy. No request
 // while a form field has focus, the tab is hidden, or the header's toggle is
 // off (remembered in localStorage). When a refresh fails, the role=status box
 // says since when the page is stale; the next success clears it.
@@ -138,8 +140,6 @@
     if (doc.documentElement.lang !== document.documentElement.lang) {
       return false; // another tab chose another language: reload when nothing typed is lost
     }
-    var x = window.scrollX;
-    var y = window.scrollY;
     each(doc.querySelectorAll("[data-live]"), function (fresh) {
       var name = fresh.getAttribute("data-live");
       var old = document.querySelector('[data-live="' + name + '"]');
@@ -158,9 +158,6 @@
         old.replaceWith(document.adoptNode(fresh)); // "not updated since" this page's time
       }
     });
-    if (window.scrollX !== x || window.scrollY !== y) {
-      window.scrollTo(x, y);
-    }
     return true;
   }
 
