@@ -20,13 +20,23 @@ from typing import Any
 
 import pytest
 from babel.dates import format_time
-from flask import Flask
+from flask import Flask, redirect, request
 from werkzeug.serving import make_server
 
 from pgbus_flask.handle import Run
 
 from .conftest import work
-from .test_browser import Browsing, browser, by_testid, drain, run_of  # noqa: F401 - browser: a fixture
+from .test_browser import (  # noqa: F401 - browser: a fixture
+    IMG,
+    SCRIPT,
+    XSS,
+    BrowserHostile,
+    Browsing,
+    browser,
+    by_testid,
+    drain,
+    run_of,
+)
 from .webtools import engine_of, work_some
 from .workflows import FailsUntil, FansOut, PausesItself, ThreeSteps, WaitsForPayment
 
@@ -295,6 +305,27 @@ def test_the_overview_a_batch_and_the_attention_view_follow_the_runs(app: Flask,
     live.assert_no_errors()
 
 
+def test_hostile_text_arriving_by_refresh_shows_literally_and_never_runs(app: Flask, live: Browsing) -> None:
+    from playwright.sync_api import expect
+
+    with app.app_context():
+        run = BrowserHostile.start(XSS, msg=f"refused {XSS}", subject=(f"Order{IMG}", SCRIPT))
+        work(engine_of(app))  # paused on the ValueError
+    page, _ = live.page()
+    page.goto(f"/pgbus/runs/{run.workflow_id}")
+    attempts = by_testid(page, "attempt-row")
+    expect(attempts).to_have_count(1)
+    run_of(app, run.workflow_id).resume(actor="cli:bob", reason=f"retry {XSS}")
+    drain(app)  # fails again: a second attempt, its error and the audit entries arrive by refresh
+    expect(attempts).to_have_count(2, timeout=SOON)
+    expect(by_testid(page, "attempt-error").last.locator(".error-text")).to_have_text(f"refused {XSS}")
+    resumed = page.locator('[data-testid="audit-entry"][data-event="resumed"] .audit-sentence')
+    expect(resumed).to_have_text(f"Resumed by cli:bob (hostile #1): retry {XSS}")
+    assert page.evaluate("typeof window.__xss") == "undefined"
+    assert page.locator("main img").count() == 0 and page.locator("main script").count() == 0
+    live.assert_no_errors()
+
+
 def test_a_language_chosen_in_another_tab_reloads_this_one_unless_text_is_typed(app: Flask, live: Browsing) -> None:
     from playwright.sync_api import expect
 
@@ -379,11 +410,15 @@ def test_the_page_says_when_it_is_stale_and_clears_it_when_the_server_answers(
         app: Flask, server: Server, browser: Any) -> None:  # noqa: F811 - the imported fixture
     from playwright.sync_api import expect
 
-    outage = threading.Event()
+    trouble: dict[str, str | None] = {"now": None}
+    sign_in = "<!doctype html><html lang=en><body><form method=post><input name=user></form></body></html>"
 
     @app.before_request
-    def proxy_in_trouble() -> Any:
-        return ("Service Unavailable", 503) if outage.is_set() else None
+    def in_front_of_the_dashboard() -> Any:  # what a proxy or the host app may answer instead
+        if request.path != "/pgbus/runs":
+            return None
+        return {None: None, "503": ("Service Unavailable", 503), "sign-in": sign_in,
+                "redirect": redirect("/pgbus/attention")}[trouble["now"]]
 
     with app.app_context():
         for n in range(60):
@@ -410,11 +445,16 @@ def test_the_page_says_when_it_is_stale_and_clears_it_when_the_server_answers(
 
         server.start()
         expect(status).to_have_text("", timeout=SOON)
-        outage.set()
-        expect(status).to_have_text(re.compile(
-            r"^Not updated since \S+\s[AP]M: the server answered with an error\. Reload the page to see it\.$"),
-            timeout=SOON)
-        outage.clear()
+        # An error page, a sign-in page in place of this one, a redirect (even to another live page).
+        for answer in ("503", "sign-in", "redirect"):
+            trouble["now"] = answer
+            expect(status).to_have_text(re.compile(
+                r"^Not updated since \S+\s[AP]M: the server answered with an error\. Reload the page to see it\.$"),
+                timeout=SOON)
+            later = datetime.fromisoformat(since.get_attribute("datetime") or "")
+            assert later > shown, "since the last answer, not since the page was opened"
+            trouble["now"] = None
+            expect(status).to_have_text("", timeout=SOON)
         with app.app_context():
             run = ThreeSteps.start(order_id=100, subject=("Order", 100))
         expect(row(page, run)).to_have_count(1, timeout=SOON)
