@@ -25,6 +25,7 @@ from werkzeug.serving import make_server
 
 from pgbus_flask.handle import Run
 
+from .browser import Watch, contrast
 from .conftest import work
 from .test_browser import (  # noqa: F401 - browser: a fixture
     IMG,
@@ -329,8 +330,6 @@ def test_hostile_text_arriving_by_refresh_shows_literally_and_never_runs(app: Fl
 def test_a_language_chosen_in_another_tab_reloads_this_one_unless_text_is_typed(app: Flask, live: Browsing) -> None:
     from playwright.sync_api import expect
 
-    from .browser import Watch
-
     page, _ = live.page()
     page.goto("/pgbus/runs")
     expect(page.locator("html")).to_have_attribute("lang", "en")
@@ -438,6 +437,9 @@ def test_the_page_says_when_it_is_stale_and_clears_it_when_the_server_answers(
         expect(status).to_have_text(re.compile(r"^Not updated since \S+\s[AP]M: the server cannot be reached\.$"),
                                     timeout=SOON)
         expect(status.locator(".flash")).to_be_in_viewport()  # however far down the operator is
+        for scheme in ("light", "dark"):
+            page.emulate_media(color_scheme=scheme)
+            assert contrast(status.locator(".flash"))["ratio"] >= 4.5, scheme  # WCAG AA
         since = status.locator("time")
         shown = datetime.fromisoformat(since.get_attribute("datetime") or "")
         assert since.inner_text() == format_time(shown, "short", tzinfo=timezone.utc, locale="en")  # PGBUS_TIMEZONE
