@@ -226,6 +226,30 @@ def test_typed_text_survives_refreshes_and_the_forms_still_post_it(app: Flask, l
     live.assert_no_errors()
 
 
+def test_a_changed_select_holds_its_region_until_it_is_set_back(app: Flask, live: Browsing) -> None:
+    from playwright.sync_api import expect
+
+    with app.app_context():
+        run = WaitsForPayment.start(subject=("Order", 8))
+        work(engine_of(app))
+    page, _ = live.page()
+    page.goto(f"/pgbus/runs/{run.workflow_id}")
+    badge = by_testid(page, "run-header").get_by_test_id("status-badge")
+    step = by_testid(page, "action-resume_at-step")
+    expect(step).to_have_value("confirm")
+    step.select_option("invoice")
+    page.evaluate("document.activeElement.blur()")
+    run_of(app, run.workflow_id).pause(actor="cli:bob")
+    expect(badge).to_have_attribute("data-value", "paused", timeout=SOON)
+    cycles(page, 2)
+    expect(step).to_have_value("invoice")
+    expect(by_testid(page, "action-resume")).to_have_count(0)
+    step.select_option("confirm")  # back to what the server sent: the actions follow the run again
+    page.evaluate("document.activeElement.blur()")
+    expect(by_testid(page, "action-resume")).to_have_count(1, timeout=SOON)
+    live.assert_no_errors()
+
+
 def test_the_runs_list_keeps_filters_scroll_and_the_open_language_menu(app: Flask, live: Browsing) -> None:
     from playwright.sync_api import expect
 
