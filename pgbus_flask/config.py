@@ -63,6 +63,8 @@ KEYS: tuple[Key, ...] = (
     Key("PGBUS_LOCALES", SHIPPED_LOCALES, "locales the dashboard offers, among the shipped ones", "locales"),
     Key("PGBUS_DEFAULT_LOCALE", "en", "locale when the viewer asks for none the dashboard offers", "locale"),
     Key("PGBUS_TIMEZONE", "UTC", "timezone the dashboard shows times in", "timezone"),
+    Key("PGBUS_LIVE_REFRESH", timedelta(seconds=5),
+        "how often the dashboard's pages update in place, at least 1 s (0 or None: never)", "refresh"),
     Key("PGBUS_TRANSLATIONS", (),
         "folders whose <locale>/LC_MESSAGES/pgbus.mo override some of the dashboard's messages (comma-separated)",
         "folders"),
@@ -97,6 +99,7 @@ class Settings:
     locales: tuple[str, ...]
     default_locale: str
     timezone: str
+    live_refresh: timedelta | None = field(default=timedelta(seconds=5))
     imports: tuple[str, ...] = field(default=())
     translations: tuple[str, ...] = field(default=())
 
@@ -132,6 +135,7 @@ class Settings:
             locales=parsed["PGBUS_LOCALES"],
             default_locale=parsed["PGBUS_DEFAULT_LOCALE"],
             timezone=parsed["PGBUS_TIMEZONE"],
+            live_refresh=parsed["PGBUS_LIVE_REFRESH"],
             imports=parsed["PGBUS_IMPORT"],
             translations=parsed["PGBUS_TRANSLATIONS"],
         )
@@ -277,6 +281,14 @@ def _parse(key: Key, value: Any) -> Any:
         return number
     if kind in ("duration", "opt_duration"):
         return _seconds(name, value)
+    if kind == "refresh":
+        if value is None or value is False or value == "" or _is_zero(value):
+            return None
+        result = _seconds(name, value)
+        # Every open tab asks for its page this often: under a second is load, not news.
+        if result < timedelta(seconds=1):
+            raise ConfigError(name, f"must be at least 1 second, or 0 for no live refresh, got {value!r}")
+        return result
     if kind == "prefix":
         if value is None or value is False:
             return None
@@ -324,6 +336,22 @@ def _parse(key: Key, value: Any) -> Any:
             raise ConfigError(name, f"names a folder that does not exist: {missing[0]!r}")
         return folders
     raise AssertionError(kind)
+
+
+def _is_zero(value: Any) -> bool:
+    """Whether ``value`` is a duration of zero (``0``, ``"0"``, ``timedelta(0)``): "off" for a refresh."""
+    if isinstance(value, timedelta):
+        return value == timedelta(0)
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return value == 0
+    if isinstance(value, str):
+        try:
+            return float(value.strip()) == 0
+        except ValueError:
+            return False
+    return False
 
 
 def _split(value: Any) -> list[str]:

@@ -46,12 +46,23 @@ def test_every_key_has_a_default_and_a_meaning() -> None:
         ("PGBUS_DASHBOARD_AUTH", 42, "must be callable"),
         ("PGBUS_SUBJECT_URL", "no.such.module.func", "cannot import"),
         ("PGBUS_STALL_TRESHOLD", 5, "unknown setting"),
+        ("PGBUS_LIVE_REFRESH", 0.5, "at least 1 second, or 0 for no live refresh"),
+        ("PGBUS_LIVE_REFRESH", "often", "number of seconds"),
+        ("PGBUS_LIVE_REFRESH", -5, "must be positive"),
     ],
 )
 def test_bad_values_fail_naming_the_key(key: str, value: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as info:
         Settings.load({**URLS, key: value})
     assert str(info.value).startswith(key)
+
+
+@pytest.mark.parametrize("off", [0, 0.0, "0", " 0 ", "", None, False, timedelta(0)])
+def test_live_refresh_is_five_seconds_unless_turned_off(off: object) -> None:
+    assert Settings.load(URLS).live_refresh == timedelta(seconds=5)
+    assert Settings.load({**URLS, "PGBUS_LIVE_REFRESH": off}).live_refresh is None
+    assert Settings.from_environ({**URLS, "PGBUS_LIVE_REFRESH": "2.5"}).live_refresh == timedelta(seconds=2.5)
+    assert Settings.load({**URLS, "PGBUS_LIVE_REFRESH": timedelta(minutes=1)}).live_refresh == timedelta(minutes=1)
 
 
 def test_pgbus_app_fails_at_start_up_on_a_bad_value() -> None:

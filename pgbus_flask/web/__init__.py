@@ -23,7 +23,7 @@ from werkzeug.wrappers import Response
 from .. import db, states
 from ..engine import Engine
 from ..errors import DatabaseUnavailable, PgbusError, SchemaMissing, WorkflowNotFound
-from . import api, embed, helpers, i18n, inputs, insights, messages, security, views
+from . import api, embed, helpers, i18n, inputs, insights, live, messages, security, views
 
 log = logging.getLogger("pgbus_flask.web")
 
@@ -54,13 +54,15 @@ def make_blueprint(engine: Engine) -> Blueprint:
     def _after(response: Response) -> Response:
         path = (request.script_root or "") + (settings.dashboard_prefix or "/")
         asked = request.args.get(i18n.LOCALE_PARAM)
-        if asked in settings.locales and request.cookies.get(i18n.LOCALE_COOKIE) != asked:
+        # A live refresh repeats this tab's ?locale=: it must not undo a choice made in another tab.
+        if asked in settings.locales and request.cookies.get(i18n.LOCALE_COOKIE) != asked and not live.requested():
             response.set_cookie(i18n.LOCALE_COOKIE, asked, max_age=365 * 24 * 3600, samesite="Lax", path=path)
         security.set_csrf_cookie(response, path)
         if request.endpoint != "pgbus.static":
             response.headers.setdefault("Cache-Control", "no-store")
             response.headers.setdefault("X-Content-Type-Options", "nosniff")
             response.headers.setdefault("Referrer-Policy", "same-origin")
+            response.vary.add(live.HEADER)  # a live refresh takes no notice out of the session
         return response
 
     @bp.context_processor
@@ -80,7 +82,7 @@ def make_blueprint(engine: Engine) -> Blueprint:
             "signal_badge": helpers.signal_badge, "child_badge": helpers.child_badge,
             "audit_sentence": lambda e: helpers.audit_sentence(e, helpers.HTML, now), "label": helpers.label,
             "labels": helpers, "locale_url": _locale_url, "states": states, "pretty": views.pretty,
-            "bdi": i18n.bdi, "isolated": i18n.isolated,
+            "bdi": i18n.bdi, "isolated": i18n.isolated, **live.context(settings, now),
         }
 
     def _error_page(code: int, title: str, message: str) -> Any:

@@ -17,6 +17,8 @@ from typing import Any
 from flask import session
 from flask.sessions import NullSession
 
+from . import live
+
 SESSION_KEY = "pgbus_notice"
 
 
@@ -32,8 +34,11 @@ def keep(kind: str, **fields: Any) -> None:
 
 def take(*kinds: str, **match: Any) -> dict[str, Any] | None:
     """The stored notice if it is one of ``kinds`` and has the ``match`` fields; it is
-    removed either way, so a notice never outlives the next page that could show one."""
-    if not _usable() or SESSION_KEY not in session:
+    removed either way, so a notice never outlives the next page that could show one.
+
+    A live refresh takes nothing: its page already showed its notice, and the notice
+    now in the session may be another tab's, on its way to the page after its post."""
+    if live.requested() or not _usable() or SESSION_KEY not in session:
         return None
     notice = session.pop(SESSION_KEY)
     if not isinstance(notice, dict) or notice.get("kind") not in kinds:

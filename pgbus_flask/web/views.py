@@ -44,7 +44,9 @@ _UNSENDABLE = re.compile("[\x00\ud800-\udfff]")
 
 def render(template: str, **context: Any) -> str:
     """``render_template``, with any character UTF-8 cannot encode replaced (a last guard: stored
-    JSON may hold lone surrogates, and :func:`pretty` already writes those as escapes)."""
+    JSON may hold lone surrogates, and :func:`pretty` already writes those as escapes).
+
+    ``live=True`` makes the page refresh its ``data-live`` regions in place (``PGBUS_LIVE_REFRESH``)."""
     page = render_template(template, **context)
     return _UNSENDABLE.sub("\ufffd", page)
 
@@ -122,7 +124,7 @@ class Pages:
             "paused": sum(n for (_, status), n in counts.items() if status == "paused"),
             "attention": sum(stuck.values()),
         }
-        return render("pgbus/overview.html", cards=cards, table=table, stuck=stuck_by_class,
+        return render("pgbus/overview.html", live=True, cards=cards, table=table, stuck=stuck_by_class,
                       statuses=states.RUN_STATUSES, reasons=states.STUCK_REASONS)
 
     # -- runs list -----------------------------------------------------------------------
@@ -136,7 +138,7 @@ class Pages:
         query = {k: v for k, v in filters.items() if v}
         # A text search that read its window of runs without filling the page: say why "Older runs" is there.
         searched = queries.TEXT_WINDOW if cursor is not None and len(rows) < PAGE_SIZE else None
-        return render("pgbus/runs.html", items=items, filters=filters, query=query, cursor=cursor,
+        return render("pgbus/runs.html", live=True, items=items, filters=filters, query=query, cursor=cursor,
                                before=before, class_names=self.class_names(filters["workflow_class"]),
                                statuses=states.RUN_STATUSES, reasons=states.STUCK_REASONS, searched=searched)
 
@@ -183,7 +185,7 @@ class Pages:
         pages = {"steps_before": steps_before, "events_before": events_before,
                  "older_steps": steps.older, "older_events": events.older}
         return render(
-            "pgbus/run.html", run=run, row=row, p=self.present(row), subject=self.subject(row), plan=plan,
+            "pgbus/run.html", live=True, run=run, row=row, p=self.present(row), subject=self.subject(row), plan=plan,
             resume_label=helpers.resume_label(plan), actions=actions,
             step_names=[s.name for s in klass.steps] if klass else [], attempts=attempts, events=events.rows,
             pages=pages, signals=signals, batches=batches,
@@ -263,7 +265,7 @@ class Pages:
             for group in groups
         ]
         result = notices.take("bulk")
-        return render("pgbus/attention.html", items=items, result=result, workflow_class=workflow_class)
+        return render("pgbus/attention.html", live=True, items=items, result=result, workflow_class=workflow_class)
 
     def bulk(self) -> Response | tuple[str, int]:
         form = {name: inputs.check(name, request.form.get(name, ""))
@@ -307,7 +309,7 @@ class Pages:
             abort(404, markup(ugettext("No batch has the id %(value)s."), value=inputs.shown(batch_id)))
         batch, children = found
         total = max(int(batch["total"]), 1)
-        return render("pgbus/batch.html", batch=batch, children=children,
+        return render("pgbus/batch.html", live=True, batch=batch, children=children,
                                done_pct=100.0 * batch["done"] / total, failed_pct=100.0 * batch["failed"] / total,
                                children_json=[pretty(c["result"]) if c["result"] is not None else None
                                               for c in children])

@@ -1,4 +1,4 @@
-// pgbus dashboard: the only script. Forms with data-confirm ask in a dialog
+// pgbus dashboard: confirmations (live refresh is live.js). Forms with data-confirm ask in a dialog
 // and, when confirmed, post with confirmed=1; without JavaScript the server
 // shows the same question on a confirmation page instead.
 (function () {
