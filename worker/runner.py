@@ -10,17 +10,27 @@ Both work with the plain ``rq worker -w pgbus_flask.worker.runner.PgbusWorker``
 command too: with no app they build the engine from ``PGBUS_*`` variables. So does
 RQ's own worker class (``rq worker`` with no ``-w``): its horses build the engine
 from the same variables when a step job first needs it, but run no sweep.
+
+Metrics (``pgbus-worker --metrics-port``): a ``PgbusWorker`` records its steps'
+observations where they happen. A ``PgbusForkWorker``'s horse keeps them in a
+list and writes it, when its job ends, to a pipe the parent opened before the
+fork; a thread of the parent reads it and records them in the parent's metrics,
+which its server shows. See docs/metrics.md for why not prometheus_client's
+multiprocess mode, and what it costs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
+import threading
 from typing import Any
 
 from rq.worker import SimpleWorker, Worker
 
+from pgbus_flask import metrics
 from pgbus_flask.engine import engine_from_environ
 from pgbus_flask.jobs import SHUTTING_DOWN
 from pgbus_flask.sweep import SweepThread
@@ -60,7 +70,40 @@ HORSE_STOP_SIGNAL = signal.SIGUSR2
 
 
 class PgbusForkWorker(_PgbusMixin, Worker):
-    """Forks a horse per job (RQ's default behaviour); pools are reopened in the horse."""
+    """Forks a horse per job (RQ's default behaviour); pools are reopened in the horse.
+
+    Each horse sends the metrics it observed to this process through a pipe of its own.
+    """
+
+    #: The write end of the pipe to the parent, in the horse (and in the parent while it forks).
+    _metrics_pipe: int | None = None
+
+    def fork_work_horse(self, job: Any, queue: Any) -> None:
+        if not metrics.enabled():
+            super().fork_work_horse(job, queue)
+            return
+        read_end, write_end = os.pipe()
+        self._metrics_pipe = write_end
+        try:
+            super().fork_work_horse(job, queue)  # the horse never returns from it (os._exit)
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            self._metrics_pipe = None
+            os.close(write_end)  # the horse's copy is now the only one: its exit ends the read
+        threading.Thread(target=_receive_metrics, args=(read_end,), name="pgbus-metrics-horse",
+                         daemon=True).start()
+
+    def perform_job(self, *args: Any, **kwargs: Any) -> bool:
+        out = self._metrics_pipe
+        if out is None:
+            return bool(super().perform_job(*args, **kwargs))
+        metrics.capture()  # this copy of the parent's metrics is never scraped: keep the observations
+        try:
+            return bool(super().perform_job(*args, **kwargs))
+        finally:
+            _send_metrics(out, metrics.encode())
 
     def setup_work_horse_signals(self) -> None:
         super().setup_work_horse_signals()
@@ -73,6 +116,30 @@ class PgbusForkWorker(_PgbusMixin, Worker):
                 os.kill(self.horse_pid, HORSE_STOP_SIGNAL)
             except OSError:  # the horse may have just ended
                 log.debug("pgbus: could not tell the horse to stop continuing inline", exc_info=True)
+
+
+def _send_metrics(fd: int, data: bytes) -> None:
+    """In the horse: write its observations to the parent and close the pipe."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:  # the parent is gone: nobody would show them
+        log.debug("pgbus: could not send this horse's metrics to its worker", exc_info=True)
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _receive_metrics(fd: int) -> None:
+    """In the parent: read one horse's observations until it exits, and record them here."""
+    try:
+        with os.fdopen(fd, "rb") as pipe:
+            data = pipe.read()
+    except OSError:
+        log.warning("pgbus: could not read a horse's metrics", exc_info=True)
+        return
+    metrics.replay(data)
 
 
 __all__ = ["PgbusForkWorker", "PgbusWorker"]
