@@ -14,8 +14,8 @@ from the same variables when a step job first needs it, but run no sweep.
 Metrics (``pgbus-worker --metrics-port``): a ``PgbusWorker`` records its steps'
 observations where they happen. A ``PgbusForkWorker``'s horse keeps them in a
 list and writes it, when its job ends, to a pipe the parent opened before the
-fork; a thread of the parent reads it and records them in the parent's metrics,
-which its server shows. See docs/metrics.md for why not prometheus_client's
+fork; one thread of the parent reads every horse's pipe and records what comes
+in its own metrics, which its server shows. See docs/metrics.md for why not prometheus_client's
 multiprocess mode, and what it costs.
 """
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import selectors
 import signal
 import threading
 from typing import Any
@@ -92,8 +93,7 @@ class PgbusForkWorker(_PgbusMixin, Worker):
         finally:
             self._metrics_pipe = None
             os.close(write_end)  # the horse's copy is now the only one: its exit ends the read
-        threading.Thread(target=_receive_metrics, args=(read_end,), name="pgbus-metrics-horse",
-                         daemon=True).start()
+        HorseMetrics.of_process().watch(read_end)
 
     def perform_job(self, *args: Any, **kwargs: Any) -> bool:
         out = self._metrics_pipe
@@ -131,15 +131,71 @@ def _send_metrics(fd: int, data: bytes) -> None:
             os.close(fd)
 
 
-def _receive_metrics(fd: int) -> None:
-    """In the parent: read one horse's observations until it exits, and record them here."""
-    try:
-        with os.fdopen(fd, "rb") as pipe:
-            data = pipe.read()
-    except OSError:
-        log.warning("pgbus: could not read a horse's metrics", exc_info=True)
-        return
-    metrics.replay(data)
+class HorseMetrics(threading.Thread):
+    """In a forking worker: one thread reading every horse's pipe, recording each horse's observations
+    in this process's metrics once the horse has closed its pipe (it exited).
+
+    One thread for all horses rather than one a job: starting a thread costs more than the rest of
+    the pipe's round (docs/metrics.md has the figures), and a pipe a horse's own child keeps open
+    then holds nothing up but itself.
+    """
+
+    _instance: HorseMetrics | None = None
+    _lock = threading.Lock()
+    pid = 0  # the process it reads for
+
+    def __init__(self) -> None:
+        super().__init__(name="pgbus-horse-metrics", daemon=True)
+        self._selector = selectors.DefaultSelector()
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        self._selector.register(self._wake_read, selectors.EVENT_READ)
+        self._new: list[int] = []
+        self._received: dict[int, bytearray] = {}
+
+    @classmethod
+    def of_process(cls) -> HorseMetrics:
+        """This process's reader, started on first use (a horse that forks again starts its own)."""
+        with cls._lock:
+            if cls._instance is None or cls._instance.pid != os.getpid():
+                cls._instance = cls()
+                cls._instance.pid = os.getpid()
+                cls._instance.start()
+            return cls._instance
+
+    def watch(self, fd: int) -> None:
+        """Read ``fd`` (a horse's pipe) until it closes, then record what came."""
+        with self._lock:
+            self._new.append(fd)
+        os.write(self._wake_write, b"\0")
+
+    def run(self) -> None:
+        while True:
+            for key, _events in self._selector.select():
+                fd = int(key.fd)
+                if fd == self._wake_read:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(fd, 4096)
+                    with self._lock:
+                        new, self._new = self._new, []
+                    for pipe in new:
+                        self._received[pipe] = bytearray()
+                        self._selector.register(pipe, selectors.EVENT_READ)
+                    continue
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:
+                    log.warning("pgbus: could not read a horse's metrics", exc_info=True)
+                    chunk = b""
+                if chunk:
+                    self._received[fd] += chunk
+                    continue
+                self._selector.unregister(fd)
+                os.close(fd)
+                try:
+                    metrics.replay(bytes(self._received.pop(fd)))
+                except Exception:  # the reader must outlive any one horse's message
+                    log.exception("pgbus: could not record a horse's metrics")
 
 
 __all__ = ["PgbusForkWorker", "PgbusWorker"]
