@@ -2,26 +2,27 @@
 (prometheus_client's multiprocess mode) would have cost a forking worker's scrapes.
 
     python -m bench.metrics_cost                       # about 1 min
-    python -m bench.metrics_cost --live-runs 500 --live-fork-runs 100   # also end to end, on and off
+    python -m bench.metrics_cost --live-runs 300 --live-fork-runs 100   # also end to end (about 6 more min)
 
 Phases (figures are printed, never asserted):
 
 * **observations**: the calls the runner makes for one step job of ``FiveNoop`` (one queue wait,
   five attempts with their durations), timed in a loop with recording on and off: ns per step.
 * **in process**: ``--runs`` FiveNoop runs (inline continuation on, as shipped) drained by an
-  in-process RQ ``SimpleWorker``, metrics on, then off, ``--rounds`` times: this process's CPU time
+  in-process RQ ``SimpleWorker``, metrics on and off in turns, ``--rounds`` times: this process's CPU time
   (``time.process_time``: what the worker spends, not PostgreSQL's or Redis's) and wall time per
   step, medians of the rounds. The difference is what recording costs a step on the hot path.
 * **forked jobs**: ``--forks`` forks of a child that observes what a FiveNoop job observes, with
-  and without sending it to this process through a pipe as ``PgbusForkWorker`` does (the real
-  functions): the extra wall time per job.
+  and without handing it to this process in a memory file as ``PgbusForkWorker`` does (the real
+  functions), the two taking turns fork by fork: the extra wall time per job.
 * **multiprocess mode** (in a child process with ``PROMETHEUS_MULTIPROC_DIR`` set): that many
   horses, each observing the same and exiting, as a fork-per-job worker's would; files left in
   the folder, and how long one scrape of them takes, as they pile up.
 * **live** (``--live-runs N``): 2 ``pgbus-worker`` processes (``PgbusWorker``) run N FiveNoop
-  runs with metrics on, then with a worker class that turns them off; steps/s and worker CPU per
-  step (``bench.steps``'s live phase and figures). ``--live-fork-runs N``: the same with
-  ``PgbusForkWorker`` and inline continuation off (a fork and a pipe per step).
+  runs with metrics on, and with a worker class that turns them off, in the order on, off, off,
+  on (the machine drifts); steps/s and worker CPU per step (``bench.steps``'s live phase), the
+  mean of the two phases of each. ``--live-fork-runs N``: the same with ``PgbusForkWorker`` and
+  inline continuation off (a fork and a memory file per step).
 
 Its database (``pgbus_bench_metrics_<pid>``) is dropped at the end and its Redis database flushed.
 """
@@ -44,7 +45,7 @@ from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, ROOT, create_database, d
 from bench.report import STEPS, log
 from pgbus_flask import metrics
 from pgbus_flask.runner.attempt import _counted, _waited
-from pgbus_flask.worker.runner import HorseMetrics, PgbusForkWorker, PgbusWorker, _send_metrics
+from pgbus_flask.worker.runner import PgbusForkWorker, PgbusWorker, receive_metrics, scratch_file, send_metrics
 
 DB_NAME = f"pgbus_bench_metrics_{os.getpid()}"
 STEP_NAMES = ("s1", "s2", "s3", "s4", "s5")
@@ -59,7 +60,7 @@ class MetricsOffWorker(PgbusWorker):
 
 
 class MetricsOffForkWorker(PgbusForkWorker):
-    """``PgbusForkWorker`` with recording (and so the horses' pipes) turned off."""
+    """``PgbusForkWorker`` with recording (and so the horses' files) turned off."""
 
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
         metrics.set_enabled(False)
@@ -157,39 +158,34 @@ def in_process(args: argparse.Namespace) -> dict[str, dict[str, float]]:
                      "cpu_max": max(parts["cpu"])} for label, parts in figures.items()}
 
 
-def forked_jobs(forks: int, rounds: int = 3) -> dict[str, float]:
-    """Wall time per fork of a child that observes a FiveNoop job, kept in the child or sent to this process
-    as PgbusForkWorker does (a pipe per horse, read by one thread); medians, variants alternating."""
-    times: dict[str, list[float]] = {"kept in the horse": [], "sent to the parent": []}
+def forked_jobs(forks: int) -> dict[str, float]:
+    """Wall time per fork of a child that observes a FiveNoop job, kept in the child or handed to this process
+    as PgbusForkWorker does (a memory file per horse, read once it ended); medians, the two variants taking
+    turns fork by fork so that the machine's noise falls on both alike."""
+    times: dict[str, list[float]] = {"kept in the horse": [], "handed to the parent": []}
     labels = {"workflow_class": "FiveNoop", "step": "s1", "outcome": "completed"}
     before = metrics.value("pgbus_step_attempts_total", labels) or 0
-    for round_ in range(rounds * 2):
-        label = list(times)[round_ % 2]
-        for _ in range(forks // rounds):
-            t = time.perf_counter()
-            if label == "kept in the horse":
-                pid = os.fork()
-                if pid == 0:
-                    one_job()
-                    os._exit(0)
-            else:
-                read_end, write_end = os.pipe()
-                pid = os.fork()
-                if pid == 0:
-                    metrics.capture()
-                    one_job()
-                    _send_metrics(write_end, metrics.encode())
-                    os._exit(0)
-                os.close(write_end)
-                HorseMetrics.of_process().watch(read_end)
+    for n in range(forks * 2):
+        label = list(times)[n % 2]
+        t = time.perf_counter()
+        if label == "kept in the horse":
+            pid = os.fork()
+            if pid == 0:
+                one_job()
+                os._exit(0)
             os.waitpid(pid, 0)
-            times[label].append(time.perf_counter() - t)
-    # Every horse's observations were recorded here (the reader keeps up).
-    sent = forks // rounds * rounds
-    deadline = time.monotonic() + 30
-    while (metrics.value("pgbus_step_attempts_total", labels) or 0) < before + sent and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert metrics.value("pgbus_step_attempts_total", labels) == before + sent, "a horse's observations were lost"
+        else:
+            out = scratch_file()
+            pid = os.fork()
+            if pid == 0:
+                metrics.capture()
+                one_job()
+                send_metrics(out, metrics.encode())
+                os._exit(0)
+            os.waitpid(pid, 0)
+            receive_metrics(out)
+        times[label].append(time.perf_counter() - t)
+    assert metrics.value("pgbus_step_attempts_total", labels) == before + forks, "a horse's observations were lost"
     return {label: statistics.median(values) for label, values in times.items()}
 
 
@@ -246,23 +242,33 @@ def multiprocess_mode(sizes: list[int]) -> list[dict[str, float]]:
     return rows
 
 
-def live(args: argparse.Namespace) -> list[Any]:
-    """2 pgbus-worker processes, metrics on then off (inline continuation on); with ``--live-fork-runs`` also
-    PgbusForkWorker with inline continuation off (a fork and a pipe per step: the worst case)."""
+def live(args: argparse.Namespace) -> list[tuple[str, float, float, float]]:
+    """2 pgbus-worker processes, metrics on and off in the order on, off, off, on (the machine drifts: a
+    phase that always went first would look slower); inline continuation on. With ``--live-fork-runs``
+    also PgbusForkWorker with inline continuation off (a fork and a memory file per step: the worst case).
+    Per configuration: the mean of its two phases' steps/s, worker CPU per step and others' cores."""
     from bench.pgbus_runs import pgbus_live
 
-    out = []
+    kinds = []
     if args.live_runs:
-        live_args = argparse.Namespace(**{**vars(args), "runs": args.live_runs, "workers": 2})
-        out.append(pgbus_live(live_args, "PgbusWorker, metrics on")[0])
-        out.append(pgbus_live(live_args, "PgbusWorker, metrics off",
-                              worker_class="bench.metrics_cost.MetricsOffWorker")[0])
+        kinds.append(("PgbusWorker, inline on", args.live_runs, True, "pgbus_flask.worker.runner.PgbusWorker",
+                      "bench.metrics_cost.MetricsOffWorker"))
     if args.live_fork_runs:
-        fork_args = argparse.Namespace(**{**vars(args), "runs": args.live_fork_runs, "workers": 2})
-        out.append(pgbus_live(fork_args, "PgbusForkWorker, inline off, metrics on", inline=False,
-                              worker_class="pgbus_flask.worker.runner.PgbusForkWorker")[0])
-        out.append(pgbus_live(fork_args, "PgbusForkWorker, inline off, metrics off", inline=False,
-                              worker_class="bench.metrics_cost.MetricsOffForkWorker")[0])
+        kinds.append(("PgbusForkWorker, inline off", args.live_fork_runs, False,
+                      "pgbus_flask.worker.runner.PgbusForkWorker", "bench.metrics_cost.MetricsOffForkWorker"))
+    out = []
+    for name, runs, inline, on_class, off_class in kinds:
+        phase_args = argparse.Namespace(**{**vars(args), "runs": runs, "workers": 2})
+        results: dict[str, list[Any]] = {"on": [], "off": []}
+        for label in ("on", "off", "off", "on"):
+            worker_class = on_class if label == "on" else off_class
+            results[label].append(pgbus_live(phase_args, f"{name}, metrics {label}", inline=inline,
+                                             worker_class=worker_class)[0])
+        for label, phases in results.items():
+            rate = statistics.mean(r.rate for r in phases)
+            cpu = statistics.mean((r.cpu.get("workers") or float("nan")) / r.steps for r in phases if r.steps)
+            others = statistics.mean(r.cpu.get("others_cores") or float("nan") for r in phases)
+            out.append((f"{name}, {runs} runs, metrics {label}", rate, cpu, others))
     return out
 
 
@@ -290,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     obs = observations(args.loops)
     log(f"in process: {args.rounds} rounds of {args.runs} FiveNoop runs, metrics on and off")
     ip = in_process(args)
-    log(f"forked jobs: {args.forks} forks without and with the pipe to the parent")
+    log(f"forked jobs: {args.forks} forks without and with the memory file for the parent")
     fj = forked_jobs(args.forks)
     sizes = [int(n) for n in args.multiprocess.split(",") if n]
     log(f"multiprocess mode: scrapes after {', '.join(map(str, sizes))} horses")
@@ -314,18 +320,16 @@ def main(argv: list[str] | None = None) -> int:
           f"{on['cpu_max'] * 1e6:.0f} on, {off['cpu_min'] * 1e6:.0f}-{off['cpu_max'] * 1e6:.0f} off);"
           f" wall {on['wall'] * 1e6:.0f} us on, {off['wall'] * 1e6:.0f} us off"
           f" ({(on['wall'] / off['wall'] - 1) * 100:+.1f}%)")
-    kept, sent = fj["kept in the horse"], fj["sent to the parent"]
+    kept, sent = fj["kept in the horse"], fj["handed to the parent"]
     print(f"forked job (median of {args.forks}): {kept * 1e3:.2f} ms with the observations kept in the horse,"
-          f" {sent * 1e3:.2f} ms sent to the parent through a pipe ({(sent - kept) * 1e6:+.0f} us per job)")
+          f" {sent * 1e3:.2f} ms handed to the parent in a memory file ({(sent - kept) * 1e6:+.0f} us per job)")
     for row in mp:
         print(f"multiprocess mode after {row['horses']:>5} horses: {row['files']:>5} files, "
               f"{row['bytes'] / 1e6:7.1f} MB, one scrape {row['scrape'] * 1e3:8.1f} ms, fork+observe median"
               f" {row['fork'] * 1e3:.2f} ms")
-    for r in lv:
-        cpu = r.cpu.get("workers")
-        print(f"live, {r.name}: {r.steps} steps, {r.rate:.0f} steps/s, workers' CPU"
-              f" {cpu * 1e6 / r.steps if cpu and r.steps else float('nan'):.0f} us per step,"
-              f" others kept {r.cpu.get('others_cores') or float('nan'):.2f} cores busy")
+    for name, rate, cpu, others in lv:
+        print(f"live, {name} (mean of 2 phases, on-off-off-on): {rate:.1f} steps/s, workers' CPU"
+              f" {cpu * 1e6:.0f} us per step, others kept {others:.2f} cores busy")
     return 0
 
 

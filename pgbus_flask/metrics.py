@@ -13,7 +13,7 @@ A host app that already serves its own exposition can add them to it with
 A forking worker's horse does not touch the values: :func:`capture` makes it keep its
 observations in a list that :func:`encode` turns into bytes for the parent, which
 :func:`replay` applies to its own values (see ``pgbus_flask.worker.runner`` and
-docs/metrics.md for why a pipe and not prometheus_client's multiprocess mode).
+docs/metrics.md for why a memory file and not prometheus_client's multiprocess mode).
 The names, labels and meanings are listed in docs/metrics.md.
 """
 

@@ -239,11 +239,11 @@ def test_a_rolled_back_outcome_is_not_counted(engine: Engine) -> None:
 
 
 def test_a_horse_s_observations_reach_its_parent_as_recorded() -> None:
-    labels = {"workflow_class": "Shipped", "step": "through_a_pipe", "outcome": "completed"}
+    labels = {"workflow_class": "Shipped", "step": "handed_over", "outcome": "completed"}
     metrics.capture()
     try:
-        metrics.step_attempt("Shipped", "through_a_pipe", "completed", 0.3)
-        metrics.queue_wait("Shipped", "through_a_pipe", 1.5)
+        metrics.step_attempt("Shipped", "handed_over", "completed", 0.3)
+        metrics.queue_wait("Shipped", "handed_over", 1.5)
         assert metrics.value("pgbus_step_attempts_total", labels) is None  # kept, not recorded
         data = metrics.encode()
     finally:
@@ -251,9 +251,9 @@ def test_a_horse_s_observations_reach_its_parent_as_recorded() -> None:
     assert metrics.replay(data) == 3
     assert metrics.value("pgbus_step_attempts_total", labels) == 1
     assert metrics.value("pgbus_step_duration_seconds_sum", {"workflow_class": "Shipped",
-                                                              "step": "through_a_pipe"}) == pytest.approx(0.3)
+                                                              "step": "handed_over"}) == pytest.approx(0.3)
     assert metrics.value("pgbus_step_queue_wait_seconds_bucket", {"workflow_class": "Shipped",
-                                                                   "step": "through_a_pipe", "le": "2.5"}) == 1
+                                                                   "step": "handed_over", "le": "2.5"}) == 1
 
 
 def test_half_a_message_from_a_killed_horse_is_dropped(caplog: pytest.LogCaptureFixture) -> None:
