@@ -70,6 +70,11 @@ KEYS: tuple[Key, ...] = (
         "folders"),
     Key("PGBUS_IMPORT", (), "modules to import so their workflows register (comma-separated in the environment)",
         "modules"),
+    Key("PGBUS_METRICS", False,
+        "serve Prometheus metrics at <dashboard prefix>/metrics (needs prometheus-client: the metrics extra)", "bool"),
+    Key("PGBUS_METRICS_TOKEN", None,
+        "bearer token a scraper sends to read <prefix>/metrics without the dashboard's auth (16+ characters)",
+        "secret"),
 )
 
 KEYS_BY_NAME: dict[str, Key] = {key.name: key for key in KEYS}
@@ -102,6 +107,8 @@ class Settings:
     live_refresh: timedelta | None = field(default=timedelta(seconds=5))
     imports: tuple[str, ...] = field(default=())
     translations: tuple[str, ...] = field(default=())
+    metrics: bool = False
+    metrics_token: str | None = field(default=None, repr=False)
 
     @classmethod
     def load(cls, values: Mapping[str, Any]) -> Settings:
@@ -114,6 +121,8 @@ class Settings:
         parsed = {key.name: _parse(key, values.get(key.name, key.default)) for key in KEYS}
         if parsed["PGBUS_DEFAULT_LOCALE"] not in parsed["PGBUS_LOCALES"]:
             raise ConfigError("PGBUS_DEFAULT_LOCALE", "must be one of PGBUS_LOCALES")
+        if parsed["PGBUS_METRICS"]:
+            _check_metrics(parsed)
         return cls(
             database_url=parsed["PGBUS_DATABASE_URL"],
             redis_url=parsed["PGBUS_REDIS_URL"],
@@ -138,6 +147,8 @@ class Settings:
             live_refresh=parsed["PGBUS_LIVE_REFRESH"],
             imports=parsed["PGBUS_IMPORT"],
             translations=parsed["PGBUS_TRANSLATIONS"],
+            metrics=parsed["PGBUS_METRICS"],
+            metrics_token=parsed["PGBUS_METRICS_TOKEN"],
         )
 
     @classmethod
@@ -154,6 +165,21 @@ class Settings:
             raise ConfigError("PGBUS_DATABASE_URL", "is not set")
         if not self.redis_url:
             raise ConfigError("PGBUS_REDIS_URL", "is not set")
+
+
+#: The shortest PGBUS_METRICS_TOKEN accepted: a bearer token is a password a scraper sends.
+MIN_TOKEN_LENGTH = 16
+
+
+def _check_metrics(parsed: Mapping[str, Any]) -> None:
+    """PGBUS_METRICS needs prometheus-client and a dashboard to serve ``/metrics`` from."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise ConfigError("PGBUS_METRICS", "needs prometheus-client: pip install 'pgbus-flask[metrics]'") from None
+    if parsed["PGBUS_DASHBOARD_PREFIX"] is None:
+        raise ConfigError("PGBUS_METRICS", "is served under the dashboard's prefix, but PGBUS_DASHBOARD_PREFIX is"
+                                           " None")
 
 
 def keyword_values(kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -308,6 +334,16 @@ def _parse(key: Key, value: Any) -> Any:
         return bool(value)
     if kind == "opt_str":
         return str(value)
+    if kind == "secret":
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str):
+            raise ConfigError(name, f"must be a string, got a {type(value).__name__}")
+        if len(value) < MIN_TOKEN_LENGTH or not re.fullmatch(r"[\x21-\x7e]+", value):
+            # The value itself is never shown: it is a secret.
+            raise ConfigError(name, f"must be at least {MIN_TOKEN_LENGTH} characters, printable ASCII without"
+                                    " spaces (as an HTTP header carries it)")
+        return value
     if kind == "locales":
         items = tuple(_split(value))
         bad = [item for item in items if item not in SHIPPED_LOCALES]

@@ -121,6 +121,19 @@ def stuck_reason_counts(engine: Engine, workflow_class: str | None = None,
     return {(r[0], r[1]): int(r[2]) for r in _read(engine, "\nUNION ALL\n".join(parts), params)}
 
 
+#: Per class, the seconds since the oldest overdue step was due: a range of pgbus_workflows_attention_due
+#: (an overdue run's attention_since is its scheduled step's scheduled_at), on the database's clock.
+OLDEST_OVERDUE = (f"SELECT w.workflow_class, extract(epoch FROM COALESCE(%(now)s::timestamptz, now())"
+                  f" - min(w.attention_since)) FROM pgbus_workflows w WHERE {_DUE['overdue']} GROUP BY 1")
+
+
+def oldest_overdue(engine: Engine, now: datetime | None = None) -> dict[str, float]:
+    """``{workflow_class: seconds}``: how long ago the oldest overdue step of each class was due (classes
+    with no overdue step are left out). It costs what the overdue runs cost, like their count."""
+    params = _base(engine, now, None)
+    return {r[0]: float(r[1]) for r in _read(engine, OLDEST_OVERDUE, params)}
+
+
 @dataclass(frozen=True)
 class Stats:
     """What a host app's layout shows of pgbus: ongoing runs, paused ones, and those needing a person."""

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
-from . import attention, insights, messages, runner
+from . import attention, insights, messages, metrics, runner
 from .db import Transaction
 from .engine import Engine
 from .errors import ChildLost, StepStalled, WaitTimedOut, WorkflowNotFound
@@ -98,6 +100,7 @@ def sweep(engine: Engine) -> SweepReport:
         if not got:
             return SweepReport(ran=False)
         try:
+            began = time.perf_counter()
             report = SweepReport()
             for part in (_stalled, _overdue, _expired_waits, _lost_children, _retention, _fold_counts,
                          _fold_insights):
@@ -106,6 +109,9 @@ def sweep(engine: Engine) -> SweepReport:
                 except Exception as exc:  # one part failing must not stop the others
                     log.exception("pgbus sweep: %s failed", part.__name__)
                     report.errors.append(f"{part.__name__}: {exc}")
+                    metrics.sweep_error(part.__name__.lstrip("_"))
+            metrics.sweep_done(time.perf_counter() - began,
+                               {action: getattr(report, action) for action in metrics.SWEEP_ACTIONS})
             return report
         finally:
             lock_conn.execute("SELECT pg_advisory_unlock(%s)", (SWEEP_LOCK,))
@@ -137,6 +143,7 @@ def _stalled(engine: Engine, report: SweepReport) -> None:
             klass = runner.load_class(engine, run["workflow_class"])
             runner.fail_attempt(engine, tx, run, klass, step, runner.error_columns(exc, trace=False),
                                 actor="system")
+            tx.after_commit(partial(metrics.step_attempt, run["workflow_class"], step["step_name"], "stalled"))
             report.stalled += 1
 
 
@@ -183,6 +190,8 @@ def timed_out(engine: Engine, tx: Transaction, run: runner.Row, step: runner.Row
     wid = run["workflow_id"]
     runner.record_event(tx, wid, "wait_timed_out", "system", step=step,
                         details={"on_timeout": on_timeout, "timeout_at": step["timeout_at"]})
+    if on_timeout != "continue" or klass is None:  # the attempt ends here (a continued one runs later)
+        tx.after_commit(partial(metrics.step_attempt, run["workflow_class"], step["step_name"], "timed_out"))
     if on_timeout == "skip" and klass is not None:
         skipped = runner.move_step(tx.conn, step["id"], ["waiting"], "skipped", finished_at=runner._now(tx),
                                    outcome="timed_out")

@@ -18,7 +18,7 @@ PACKAGE = Path(pgbus_flask.__file__).parent
 #: layer below; within the runner package its own order is checked separately.
 LAYERS: list[set[str]] = [
     {"messages"},  # the engine's own messages as codes: imports nothing of pgbus
-    {"errors", "states"},
+    {"errors", "states", "metrics"},  # metrics: prometheus_client's counters, no pgbus import
     {"config", "payload"},
     {"logs", "db", "attention", "insights", "rq_state"},
     {"definition", "migrate", "testing", "orm"},

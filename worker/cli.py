@@ -2,6 +2,7 @@
 
     pgbus-worker --app myapp:create_app           # or FLASK_APP=myapp
     PGBUS_DATABASE_URL=... PGBUS_REDIS_URL=... PGBUS_IMPORT=myapp.workflows pgbus-worker
+    pgbus-worker --metrics-port 9300              # Prometheus metrics at http://127.0.0.1:9300/
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import redis.exceptions
 from rq.utils import import_attribute
 
+from pgbus_flask import metrics
 from pgbus_flask.config import Settings, redact
 from pgbus_flask.engine import Engine
 from pgbus_flask.errors import PgbusError
@@ -57,7 +59,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-scheduler", action="store_true", help="do not run RQ's scheduler for future steps")
     parser.add_argument("--name", help="worker name (default: RQ's)")
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--metrics-port", type=int, metavar="PORT",
+                        help="serve this worker's Prometheus metrics over HTTP on PORT (needs prometheus-client)")
+    parser.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                        help="address the metrics server listens on (default 127.0.0.1; 0.0.0.0: every interface)")
     return parser
+
+
+def serve_metrics(port: int, host: str) -> None:
+    """Start the metrics server, or raise PgbusError saying why it cannot."""
+    if not metrics.AVAILABLE:
+        raise PgbusError("--metrics-port needs prometheus-client: pip install 'pgbus-flask[metrics]'")
+    if not 0 < port < 65536:
+        raise PgbusError(f"--metrics-port must be a port number from 1 to 65535, got {port}")
+    try:
+        metrics.serve(port, host)
+    except OSError as exc:
+        raise PgbusError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
+    log.info("pgbus-worker: metrics at http://%s:%d/", f"[{host}]" if ":" in host else host, port)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         for module in engine.settings.imports:
             importlib.import_module(module)
         worker_class: Any = import_attribute(args.worker_class or engine.settings.worker_class)
+        if args.metrics_port is not None:
+            serve_metrics(args.metrics_port, args.metrics_host)
     except (PgbusError, ImportError, AttributeError) as exc:
         print(f"pgbus-worker: {redact(str(exc))}", file=sys.stderr)
         return 2

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .. import messages, orm, payload, states
+from .. import messages, metrics, orm, payload, states
 from ..db import Transaction
 from ..definition import FanOut, PauseRequested, ReattemptRequested, ReceivedSignal, StepSpec
 from ..errors import ArgumentsNotSerializable, DatabaseError, DatabaseUnavailable, StepNotDefined, UnknownWorkflow
@@ -50,6 +51,22 @@ class Claim:
     spec: StepSpec
     outputs: dict[str, Any] | None  # None: read on the step's first output_of()
     signal: ReceivedSignal | None
+    ran: float | None = None  # seconds the step's code ran (pgbus_step_duration_seconds)
+
+
+def _counted(tx: Transaction, workflow_class: str, step_name: str, outcome: str | None,
+             seconds: float | None = None) -> None:
+    """Count the attempt's ``outcome`` in the metrics once ``tx`` commits (never if it rolls back)."""
+    if outcome is not None and metrics.enabled():
+        tx.after_commit(partial(metrics.step_attempt, workflow_class, step_name, outcome, seconds))
+
+
+def _waited(step: Row) -> float:
+    """Seconds from the step being due and sent to its claim (all three are PostgreSQL's clock)."""
+    ready = step["scheduled_at"]
+    if step["enqueued_at"] is not None and step["enqueued_at"] > ready:
+        ready = step["enqueued_at"]
+    return (step["started_at"] - ready).total_seconds()
 
 
 def _held_or_claim_signal(conn: psycopg.Connection[Any], step: Row, name: str) -> tuple[Row | None, bool]:
@@ -140,6 +157,7 @@ def claim_attempt(engine: Engine, step_id: int, job_id: str | None) -> Claim | N
                                   **message_details(error)})
             record_event(tx, run["workflow_id"], "paused", "system", reason=str(problem), step=step,
                          details=message_details(error))
+            _counted(tx, run["workflow_class"], step_name, "failed")
             return None
         run = {**run, "status": "running"}
         record_event(tx, run["workflow_id"], "step_started", "system", step=step,
@@ -177,6 +195,8 @@ def run_attempt(engine: Engine, step_id: int, job_id: str | None = None, budget:
     which then runs here too, and so on while the budget lasts.
     """
     claim = claim_attempt(engine, step_id, job_id)
+    if claim is not None and metrics.enabled():
+        metrics.queue_wait(claim.run["workflow_class"], claim.step["step_name"], _waited(claim.step))
     while claim is not None:
         claim = _run_claimed(engine, claim, job_id, budget)
 
@@ -198,13 +218,16 @@ def _run_claimed(engine: Engine, claim: Claim, job_id: str | None, budget: Budge
     if claim.spec.transactional:
         return _run_transactional(engine, claim, job_id, budget)
     context = _context(engine, claim)
+    outcome: dict[str, Any]
+    began = time.perf_counter()
     try:
-        result: Any = claim.spec.func(context)
+        outcome = {"result": claim.spec.func(context), "budget": budget, "job_id": job_id}
     except (PauseRequested, ReattemptRequested) as request:
-        return _record_with_retry(engine, claim, request=request)
+        outcome = {"request": request}
     except Exception as exc:  # the step's own failure: its error policy decides
-        return _record_with_retry(engine, claim, error=exc)
-    return _record_with_retry(engine, claim, result=result, budget=budget, job_id=job_id)
+        outcome = {"error": exc}
+    claim.ran = time.perf_counter() - began
+    return _record_with_retry(engine, claim, **outcome)
 
 
 class _RolledBack(Exception):
@@ -227,14 +250,18 @@ def _run_transactional(engine: Engine, claim: Claim, job_id: str | None, budget:
     try:
         with orm.step_transaction(engine.db) as (tx, session):
             context.conn, context.session = tx.conn, session
+            began = time.perf_counter()
             try:
                 result: Any = claim.spec.func(context)
                 if session is not None:
                     session.flush()  # the app's ORM writes: a refusal is the step's own error
             except (PauseRequested, ReattemptRequested) as request:
+                claim.ran = time.perf_counter() - began
                 raise _RolledBack(request=request) from None
             except Exception as exc:
+                claim.ran = time.perf_counter() - began
                 raise _RolledBack(error=exc) from None
+            claim.ran = time.perf_counter() - began
             output, error = _output(claim, result, None, None)
             if error is not None:
                 raise _RolledBack(error=error)
@@ -323,6 +350,7 @@ def record_outcome(engine: Engine, claim: Claim, *, result: Any = None, error: B
         if run["attempt_status"] != "in_progress":
             record_event(tx, run["workflow_id"], "late_completion_ignored", "system", step=step,
                          details={"status": run["attempt_status"], "outcome": "failed" if error else "completed"})
+            _counted(tx, run["workflow_class"], step["step_name"], "late", claim.ran)
             return None
         return _apply(engine, tx, claim, run, output=output, result=result, error=error, request=request,
                       budget=budget, job_id=job_id)
@@ -333,11 +361,13 @@ def _apply(engine: Engine, tx: Transaction, claim: Claim, run: Row, *, output: A
            job_id: str | None) -> Claim | None:
     """The outcome of an attempt still in progress, under the run's row lock."""
     step = claim.step
+    outcome: str | None
     if isinstance(request, PauseRequested):
         failed = move_step(tx.conn, step["id"], ["in_progress"], "failed", finished_at=_now(tx), outcome="paused",
                            error_message=cap(request.reason, states.MESSAGE_LIMIT))
         move_run(tx.conn, run["workflow_id"], ["running"], "paused", paused_at=_now(tx))
         record_event(tx, run["workflow_id"], "paused", "system", reason=request.reason, step=failed)
+        outcome = "paused"
     elif isinstance(request, ReattemptRequested):
         failed = move_step(tx.conn, step["id"], ["in_progress"], "failed", finished_at=_now(tx),
                            outcome="reattempted", error_message=messages.english("reattempt_requested", {}),
@@ -347,14 +377,17 @@ def _apply(engine: Engine, tx: Transaction, claim: Claim, run: Row, *, output: A
         if run["status"] == "running":
             move_run(tx.conn, run["workflow_id"], ["running"], "ready")
             schedule_step(engine, tx, run, claim.klass, step["step_name"], actor="system", delay=request.wait)
+        outcome = "reattempted"
     elif error is not None:
-        fail_attempt(engine, tx, run, claim.klass, step, error_columns(error), actor="system")
+        outcome = fail_attempt(engine, tx, run, claim.klass, step, error_columns(error), actor="system")
     elif isinstance(result, FanOut):
         open_batch(engine, tx, run, claim.spec, claim.klass, step, result)
+        outcome = "fanned_out"
     else:
         if claim.spec.wait_for:
             _consume_signal_of(tx.conn, step)
         nxt = continue_inline(engine, tx, run, step, claim.klass, output, budget, job_id)
+        _counted(tx, run["workflow_class"], step["step_name"], "completed", claim.ran)
         if nxt is not None:
             outputs = claim.outputs
             if outputs is not None:
@@ -365,4 +398,6 @@ def _apply(engine: Engine, tx: Transaction, claim: Claim, run: Row, *, output: A
         record_event(tx, run["workflow_id"], "step_completed", "system", step=done)
         if run["status"] == "running":
             advance(engine, tx, run, claim.klass, step["step_name"], actor="system")
+        return None
+    _counted(tx, run["workflow_class"], step["step_name"], outcome, claim.ran)
     return None

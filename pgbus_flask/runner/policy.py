@@ -26,11 +26,14 @@ if TYPE_CHECKING:
 
 
 def fail_attempt(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow] | None, step: Row,
-                 error: dict[str, Any], *, actor: str, open_from: Sequence[str] = ("in_progress",)) -> None:
+                 error: dict[str, Any], *, actor: str, open_from: Sequence[str] = ("in_progress",)) -> str | None:
     """An attempt failed: record the error, then apply the step's error policy.
 
     The policy acts only on a run that is still going (running or waiting);
     a paused run just keeps the failure, and resume retries the step.
+    Returns what became of the attempt for the metrics (``reattempted``, ``cancelled``,
+    ``skipped``, or ``failed``: the run paused, or was paused already), None when the
+    attempt was no longer open.
     """
     spec = spec_of(klass, step["step_name"])
     policy = spec.on_error if spec else "pause"
@@ -54,27 +57,30 @@ def fail_attempt(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow
     to = "skipped" if active and policy == "skip" else "failed"
     failed = move_step(tx.conn, step["id"], list(open_from), to, finished_at=_now(tx), outcome=outcome, **error)
     if failed is None:
-        return
+        return None
     coded = message_details(error)
     details = {"error_class": error.get("error_class"), "error_message": error.get("error_message"), **coded}
     record_event(tx, run["workflow_id"], "step_failed", actor, step=failed, details=details)
     wid = run["workflow_id"]
     if not active:
-        return
+        return "failed"
     summary = f"{error.get('error_class')}: {error.get('error_message')}"
     if outcome == "reattempted" and spec is not None:
         delay = spec.backoff_seconds(consecutive + 1)
         record_event(tx, wid, "step_reattempted", actor, step=failed, details={"wait": delay})
         move_run(tx.conn, wid, ["running", "waiting"], "ready")
         schedule_step(engine, tx, run, klass, step["step_name"], actor=actor, delay=delay)
-    elif policy == "cancel":
+        return "reattempted"
+    if policy == "cancel":
         _cancel_open_steps(tx.conn, wid)
         move_run(tx.conn, wid, states.ONGOING, "cancelled", finished_at=_now(tx))
         record_event(tx, wid, "cancelled", actor, reason=summary, step=failed, details=coded)
-    elif policy == "skip":
+        return "cancelled"
+    if policy == "skip":
         _consume_signal_of(tx.conn, failed)
         record_event(tx, wid, "step_skipped", actor, reason=summary, step=failed, details=coded)
         advance(engine, tx, run, klass, step["step_name"], actor=actor)
-    else:
-        move_run(tx.conn, wid, ["running", "waiting"], "paused", paused_at=_now(tx))
-        record_event(tx, wid, "paused", actor, reason=summary, step=failed, details=coded)
+        return "skipped"
+    move_run(tx.conn, wid, ["running", "waiting"], "paused", paused_at=_now(tx))
+    record_event(tx, wid, "paused", actor, reason=summary, step=failed, details=coded)
+    return "failed"

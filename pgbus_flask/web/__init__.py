@@ -24,6 +24,7 @@ from .. import db, states
 from ..engine import Engine
 from ..errors import DatabaseUnavailable, PgbusError, SchemaMissing, WorkflowNotFound
 from . import api, embed, helpers, i18n, inputs, insights, live, messages, security, views
+from . import metrics as scrape
 
 log = logging.getLogger("pgbus_flask.web")
 
@@ -38,17 +39,20 @@ def make_blueprint(engine: Engine) -> Blueprint:
     settings = engine.settings
 
     @bp.before_request
-    def _before() -> None:
+    def _before() -> Response | None:
         g.pgbus_now = datetime.now(timezone.utc)
         g.pgbus_locale = i18n.choose_locale(settings.locales, settings.default_locale)
         g.pgbus_tz = i18n.zone(settings.timezone)
         g.pgbus_translations = settings.translations
         if request.endpoint == "pgbus.static":
-            return
+            return None
+        if request.endpoint == scrape.ENDPOINT:  # a bearer token, or the dashboard's auth
+            return scrape.authorize(settings, current_app._get_current_object())  # type: ignore[attr-defined]
         g.pgbus_actor = security.authenticate(settings, current_app._get_current_object())  # type: ignore[attr-defined]
         if request.method == "POST":
             security.check_csrf()
         inputs.check_request()
+        return None
 
     @bp.after_request
     def _after(response: Response) -> Response:
@@ -161,6 +165,7 @@ def make_blueprint(engine: Engine) -> Blueprint:
     insights.register(bp, engine, pages)  # before the API's catch-all rule
     embed.register(bp, engine)
     api.register(bp, engine, pages)
+    scrape.register(bp, engine)
     return bp
 
 
