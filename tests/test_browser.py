@@ -627,3 +627,50 @@ def test_overview_numbers_line_up_with_their_headers(app: Flask, browsing: Brows
                      for e in (header, cell)]
             assert abs(right[0] - right[1]) <= 2, (table, i + 1, right)
     browsing.assert_no_errors()
+
+
+# -- 9. a fan-out stuck for days, from the overview to cancelled --------------------------------------------
+
+
+@pytest.mark.settings(PGBUS_WAITING_THRESHOLD=3600)
+def test_a_stuck_fan_out_from_the_overview_to_cancelled(app: Flask, browsing: Browsing) -> None:
+    from playwright.sync_api import expect
+
+    from .webtools import sql, work_some
+
+    with app.app_context():
+        stuck = FansOut.start(n=3, subject=("Order", 7))
+        work_some(engine_of(app), 1)  # the batch opens; its children never run
+    sql(app, "UPDATE pgbus_workflow_steps SET waiting_since = now() - interval '3 days' WHERE workflow_id = %s",
+        stuck.workflow_id)
+    page, watch = browsing.page()
+    page.goto("/pgbus/")
+    expect(by_testid(page, "card-attention").locator(".card-number")).to_have_text("1")
+    marker = by_testid(page, "count-attention-waiting")
+    expect(marker).to_have_text("⚠ 1 needs attention")
+    marker.click()
+    expect(page).to_have_url(re.compile(r"reason=waiting_overdue"))
+    row = by_testid(page, "run-row")
+    expect(row).to_have_count(1)
+    expect(row.get_by_test_id("status-badge")).to_have_text("Waiting")
+    expect(row.get_by_test_id("attention-badge")).to_have_text("⚠ Waiting too long")
+    expect(row.get_by_test_id("next-step")).to_have_text(
+        "Waiting for batch FansOut#notify_vendors (0 of 3 jobs done).")
+    row.get_by_test_id("run-link").click()
+
+    expect(by_testid(page, "run-header").get_by_test_id("attention-badge")).to_be_visible()
+    expect(by_testid(page, "signal-form")).to_have_count(0)  # no signal ends a wait on a batch
+    expect(page.locator(".btn.primary")).to_have_count(0)  # nothing to push on with: no plan
+    cancel = by_testid(page, "action-cancel-submit")
+    expect(cancel).to_have_text("Cancel the run and its open step notify_vendors")
+    by_testid(page, "action-cancel-reason").fill("vendors never answer")
+    cancel.click()
+    expect(by_testid(page, "notice")).to_have_text("Done: Cancel run.")
+    assert watch.dialogs == ["Cancel this FansOut run? Its open step is cancelled and nothing else runs."]
+    expect(by_testid(page, "run-header").get_by_test_id("attention-badge")).to_have_count(0)
+    entries = page.locator('[data-testid="audit-entry"]')
+    expect(entries.first).to_have_attribute("data-event", "started")  # oldest first
+    expect(entries.last).to_have_attribute("data-event", "cancelled")
+    page.goto("/pgbus/attention")
+    expect(by_testid(page, "empty")).to_have_text("No run needs attention.")
+    browsing.assert_no_errors()
