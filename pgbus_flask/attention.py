@@ -1,10 +1,13 @@
 """What a person must see, kept where a page can read it without scanning every run.
 
 Each run's row carries its attention columns: the stuck reason it has or will
-have (a paused run's stalled / paused_error / paused_manual; ``overdue`` for a
-ready run and ``waiting_overdue`` for a run waiting on a signal with no
-``wait_timeout``, which count once ``attention_since`` is older than their
-threshold), since when, its latest step's id and error class. The runner
+have, since when, its latest step's id and error class. A paused run is
+``stalled`` (its latest step failed with StepStalled), ``paused_error`` (its
+latest step failed otherwise) or ``paused_manual`` (paused by a person, or by
+its step's own ``self.pause()``); a ready run is ``overdue`` and a run waiting
+with no ``wait_timeout`` (on a signal or on a fan-out batch) is
+``waiting_overdue`` once ``attention_since`` is older than their threshold
+(migration 0007 has these rules, as the reference does). The runner
 refreshes them with :data:`REFRESH_ONE` (the SQL function
 ``pgbus_workflow_attention``), in the statement that writes a transaction's
 audit events: every transition writes its event, so every transition
@@ -23,13 +26,15 @@ from typing import Any
 
 from psycopg import Connection
 
+from . import states
+
 #: The stuck reasons kept for paused runs (no threshold: a paused run needs a person at once).
-PAUSED_REASONS = ("stalled", "paused_error", "paused_manual")
+PAUSED_REASONS = states.PAUSED_REASONS
 #: The stuck reasons a run gets once ``attention_since`` is older than a threshold.
 DUE_REASONS = ("overdue", "waiting_overdue")
 
 #: Refresh the attention columns of the runs whose workflow ids are the last parameter (a list):
-#: ``pgbus_workflow_attention(uuid)`` (migration 0004) computes them from the run's row and latest
+#: ``pgbus_workflow_attention(uuid)`` (migrations 0004, 0007) computes them from the run's row and latest
 #: step and writes them only when they change.
 REFRESH = "SELECT pgbus_workflow_attention(run_id) FROM unnest(%s::uuid[]) AS run_id"
 

@@ -483,9 +483,12 @@ def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
 
 
 def batch_progress(engine: Engine, batch_id: int) -> tuple[Row, list[Row]] | None:
-    """A batch (done, failed, total, status ...) and its children, or None."""
+    """A batch (done, failed, total, status ...) with its run's ``workflow_class``, ``subject_type`` and
+    ``subject_id``, and its children (``position`` from 0), or None."""
     with engine.db.connection() as conn:
-        batch = runner._q(conn, "SELECT * FROM pgbus_batches WHERE id = %s", (batch_id,)).fetchone()
+        batch = runner._q(conn, "SELECT b.*, w.workflow_class, w.subject_type, w.subject_id FROM pgbus_batches b"
+                                " JOIN pgbus_workflows w ON w.workflow_id = b.workflow_id WHERE b.id = %s",
+                          (batch_id,)).fetchone()
         if batch is None:
             return None
         children = list(runner._q(conn, "SELECT * FROM pgbus_batch_children WHERE batch_id = %s ORDER BY position",

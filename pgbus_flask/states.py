@@ -49,7 +49,16 @@ CLASS_ACTIONS = ("resume", "resume_at", "rerun", "skip")
 RESUME_ACTIONS = ("retry", "continue", "finish", "keep_waiting", "run", "let_finish")
 
 STUCK_REASONS = ("stalled", "paused_error", "paused_manual", "overdue", "waiting_overdue")
+#: The stuck reasons of paused runs (no threshold: a paused run needs a person at once).
+PAUSED_REASONS = ("stalled", "paused_error", "paused_manual")
+#: The status of the runs each stuck reason is found in.
+STUCK_REASON_STATUS = {"stalled": "paused", "paused_error": "paused", "paused_manual": "paused", "overdue": "ready",
+                       "waiting_overdue": "waiting"}
 BULK_ACTIONS = ("resume", "skip", "cancel")
+
+#: Outcomes of a failed attempt that did not fail: its step asked for its own pause (``self.pause()``)
+#: or for a reattempt while the run was paused. A paused run on such an attempt is paused_manual.
+REQUESTED_OUTCOMES = ("paused", "reattempted")
 
 #: The error class recorded for a stalled attempt (the stuck reason "stalled" looks for it).
 STALLED_ERROR = "pgbus_flask.errors.StepStalled"

@@ -70,6 +70,28 @@ class FansOutSleepy(Workflow):
         return self.output_of("fan")["done"]
 
 
+def endless_child(index: int, marker: str) -> str:
+    """A fan-out child that does not finish: it writes ``marker`` with its pid (so a test knows a
+    worker took it), then sleeps a minute, longer than any test waits for it."""
+    with open(marker + ".tmp", "w") as out:
+        out.write(str(os.getpid()))
+    os.replace(marker + ".tmp", marker)
+    time.sleep(60)
+    return f"child {index} done"
+
+
+class FansOutForever(Workflow):
+    """A fan-out of ``n`` children of :func:`endless_child`: it waits on its batch as long as they run."""
+
+    @step
+    def fan(self) -> Any:
+        return self.fan_out(endless_child, [(i, self.kwargs["marker"]) for i in range(self.kwargs.get("n", 3))])
+
+    @step
+    def after(self) -> Any:
+        return self.output_of("fan")["done"]
+
+
 class TripleDeliveryWorker(PgbusWorker):
     """A pgbus worker whose engine enqueues every job it sends three times
     (``engine.deliveries = 3``), so duplicate delivery is exercised for every

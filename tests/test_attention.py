@@ -12,17 +12,23 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
 from pgbus_flask import attention, queries, runner, states
+from pgbus_flask.definition import ReattemptRequested
 from pgbus_flask.engine import Engine
 from pgbus_flask.handle import Run
+from pgbus_flask.migrate import migrations
 from pgbus_flask.sweep import sweep
+from pgbus_flask.testing import wait_until
 
+from . import procs
 from .conftest import work
+from .proc_workflows import FansOutForever
 from .webtools import work_some
 from .workflows import (
     CancelsOnError,
@@ -167,7 +173,12 @@ def test_waiting_on_a_signal_with_and_without_a_deadline_and_fan_out(engine: Eng
     assert stored(forever) == {"reason": "waiting_overdue", "since": forever.latest_step["waiting_since"],
                                "step_id": forever.latest_step["id"], "error_class": None}  # type: ignore[index]
     assert deadline.refresh().status == "waiting" and stored(deadline)["reason"] is None  # its deadline acts
-    assert fans.refresh().status == "waiting" and stored(fans)["reason"] is None  # its batch acts
+    # A fan-out has no deadline either: children that never finish leave it waiting for ever (the reference's
+    # rule; before migration 0007 such a run was never surfaced).
+    fans.refresh()
+    assert fans.status == "waiting" and fans.latest_step["batch_id"] is not None  # type: ignore[index]
+    assert stored(fans) == {"reason": "waiting_overdue", "since": fans.latest_step["waiting_since"],  # type: ignore
+                            "step_id": fans.latest_step["id"], "error_class": None}  # type: ignore[index]
     agree(engine)
 
     forever.signal("go", {"ok": 1})  # delivered: ready, due now
@@ -313,4 +324,89 @@ def test_migrate_refresh_attention_repairs_what_an_older_worker_left(app: Any) -
     assert result.exit_code == 0, result.output
     assert "schema is up to date" in result.output and "2 runs changed" in result.output
     assert queries.stuck_reason_counts(engine) == {("FailsUntil", "paused_error"): 1}
+    agree(engine)
+
+
+def test_paused_error_is_a_latest_step_that_failed_whatever_it_failed_with(engine: Engine) -> None:
+    """The reference's rule: a paused run whose latest step failed is paused_error, with an error class or
+    without one; a step that asked for its own pause, or for a reattempt while the run was paused, did not
+    fail (paused_manual)."""
+    failed = FailsUntil.start(fail_until=9)
+    itself = PausesItself.start()
+    asked = Reattempts.start(fail_until=0)
+    claim = runner.claim_attempt(engine, asked.latest_step["id"], None)  # type: ignore[index]
+    assert claim is not None
+    asked.refresh().pause(reason="look first")
+    runner.record_outcome(engine, claim, request=ReattemptRequested(0))  # asks for a reattempt while paused
+    work(engine)
+    assert asked.refresh().status == "paused" and asked.latest_step["outcome"] == "reattempted"  # type: ignore
+    assert stored(asked)["reason"] == "paused_manual"
+    assert stored(itself)["reason"] == "paused_manual"
+    assert stored(failed)["reason"] == "paused_error"
+    with engine.db.connection() as conn:  # a failure with no error class (a row an older version wrote)
+        conn.execute("UPDATE pgbus_workflow_steps SET error_class = NULL WHERE workflow_id = %s",
+                     (failed.workflow_id,))
+        assert attention.refresh_all(conn) == 1
+    assert stored(failed) == {"reason": "paused_error", "since": failed.row["paused_at"],
+                              "step_id": failed.latest_step["id"], "error_class": None}  # type: ignore[index]
+    assert queries.stuck_reason_counts(engine) == {("FailsUntil", "paused_error"): 1,
+                                                   ("PausesItself", "paused_manual"): 1,
+                                                   ("Reattempts", "paused_manual"): 1}
+    [group] = [g for g in queries.attention_groups(engine) if g.reason == "paused_error"]
+    assert (group.workflow_class, group.error_class, group.count) == ("FailsUntil", None, 1)
+    assert queries.attention_ids(engine, "FailsUntil", "capture", "paused_error", None) == [failed.workflow_id]
+    agree(engine)
+
+
+def test_migration_0007_brings_what_the_old_rules_stored_up_to_date(engine: Engine) -> None:
+    """Runs stored under the rules of 0004 (a fan-out never waiting_overdue, a failure without an error
+    class paused_manual) get the new reasons when 0007 is applied, and the counts follow."""
+    fans = FansOut.start(n=2)
+    failed = FailsUntil.start(fail_until=9)
+    work_some(engine, 2)  # the fan-out parks; its children stay queued
+    with engine.db.connection() as conn:
+        conn.execute("UPDATE pgbus_workflow_steps SET error_class = NULL WHERE workflow_id = %s",
+                     (failed.workflow_id,))
+        conn.execute("UPDATE pgbus_workflows SET attention_reason = NULL, attention_since = NULL,"
+                     " attention_step_id = NULL WHERE workflow_id = %s", (fans.workflow_id,))
+        conn.execute("UPDATE pgbus_workflows SET attention_reason = 'paused_manual', attention_error_class = NULL"
+                     " WHERE workflow_id = %s", (failed.workflow_id,))
+    assert queries.stuck_reason_counts(engine) == {("FailsUntil", "paused_manual"): 1}
+    [sql_0007] = [text for version, text in migrations() if version.startswith("0007")]
+    with engine.db.connection() as conn:
+        conn.execute(sql_0007.encode())
+    assert stored(fans)["reason"] == "waiting_overdue" and stored(failed)["reason"] == "paused_error"
+    assert queries.stuck_reason_counts(engine) == {("FailsUntil", "paused_error"): 1}
+    agree(engine)
+
+
+@pytest.mark.settings(PGBUS_WAITING_THRESHOLD=1)
+def test_a_fan_out_whose_children_never_finish_needs_attention(engine: Engine, pg_url: str, redis_url: str,
+                                                             tmp_path: Path) -> None:
+    """With a real worker: the step opens its batch, the worker takes a child that never returns, and
+    once the run has waited longer than PGBUS_WAITING_THRESHOLD it is waiting_overdue in every read
+    the dashboard makes (counts, groups, the group's runs, the runs list); a bulk cancel ends it."""
+    marker = tmp_path / "child.pid"
+    run = FansOutForever.start(marker=str(marker), n=3, subject=("Order", 7))
+    with procs.workers(pg_url, redis_url, tmp_path, 1) as ws:
+        wait_until(marker.exists, timeout=30, message="a child running")
+        assert int(marker.read_text()) == ws[0].pid
+        assert run.refresh().status == "waiting"
+        assert stored(run)["reason"] == "waiting_overdue"  # stored when it parked, counted once it is late
+        wait_until(lambda: queries.stuck_reason_counts(engine) == {("FansOutForever", "waiting_overdue"): 1},
+                   timeout=10, message="the run counted as waiting too long")
+        [group] = queries.attention_groups(engine)
+        assert (group.workflow_class, group.step_name, group.reason, group.error_class, group.count) == (
+            "FansOutForever", "fan", "waiting_overdue", None, 1)
+        assert queries.attention_ids(engine, "FansOutForever", "fan", "waiting_overdue", None) == [run.workflow_id]
+        rows, _ = queries.list_runs(engine, queries.RunFilter(reason="waiting_overdue"))
+        assert [r["workflow_id"] for r in rows] == [run.workflow_id]
+        [batch] = run.batches()
+        assert (batch["status"], batch["done"], batch["failed"]) == ("open", 0, 0)  # no child finished
+
+        result = queries.bulk_act(engine, "cancel", group.key(), actor="cli:ops", reason="vendors never answer")
+        assert (result.moved, result.refused) == (1, 0)
+        assert run.refresh().status == "cancelled"
+        assert queries.stuck_reason_counts(engine) == {} and queries.attention_groups(engine) == []
+        ws[0].kill()  # its child would sleep a minute more
     agree(engine)

@@ -22,7 +22,7 @@ from pgbus_flask.handle import Run
 from .browser import CHROMIUM, CHROMIUM_ARGS, Watch, contrast, require_chromium, serve
 from .conftest import work
 from .webtools import engine_of
-from .workflows import FailsUntil, PausesItself, ThreeSteps, WaitsForPayment
+from .workflows import FailsUntil, FansOut, PausesItself, ThreeSteps, WaitsForPayment
 
 pytestmark = pytest.mark.browser
 
@@ -418,6 +418,7 @@ RUN_PAGE_TEXT = {
     "attempt error": '[data-testid="attempt-error"] .error-text',
     "audit error": ".audit .error-text",
     "primary button": '[data-testid="action-resume-submit"]',
+    "attention marker": '[data-testid="run-header"] [data-testid="attention-badge"]',
     "danger button": '[data-testid="action-cancel-submit"]',
     "code": '[data-testid="steps-table"] .pgbus-code',
     "arguments": '[data-testid="arguments"]',
@@ -514,4 +515,162 @@ def test_hostile_text_shows_literally_and_never_runs(app: Flask, browsing: Brows
     group = page.locator('[data-testid="attention-group"][data-class="BrowserHostile"]')
     expect(group.get_by_test_id("group-message")).to_have_text(f"refused {XSS}")
     untouched()
+    browsing.assert_no_errors()
+
+
+# -- 8. layout: a phone, rows of buttons, the confirmation page, number columns -----------------------------
+
+PHONE = {"width": 390, "height": 844}
+
+
+def child_job_failures(app: Flask, runs: int) -> None:
+    """``runs`` fan-outs paused on pgbus_flask.errors.ChildJobFailed (one attention group), and three
+    runs paused on TimeoutError."""
+    with app.app_context():
+        for _ in range(runs):
+            FansOut.start(n=2, fail_at=0)
+        for _ in range(3):
+            FailsUntil.start(fail_until=9)
+        work(engine_of(app))
+
+
+def box(locator: Any) -> dict[str, float]:
+    found = locator.bounding_box()
+    assert found is not None
+    return found  # type: ignore[no-any-return]
+
+
+def test_the_attention_page_fits_a_phone(app: Flask, browsing: Browsing) -> None:
+    """pgbus_flask.errors.ChildJobFailed is one long word: it wraps inside its group instead of
+    widening the page to 466 px (and the no-JS confirmation of its bulk action wraps it too)."""
+    from playwright.sync_api import expect
+
+    child_job_failures(app, 2)
+    page, _ = browsing.page(viewport=PHONE)
+    page.goto("/pgbus/attention")
+    group = page.locator('[data-testid="attention-group"][data-class="FansOut"]')
+    expect(group.locator(".facts code").first).to_have_text("pgbus_flask.errors.ChildJobFailed")
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    inner = page.evaluate("(el) => { const r = el.getBoundingClientRect(); return r.right; }", group.element_handle())
+    for name in (".facts code", '[data-testid="bulk-confirm-sentence"]', "h2"):
+        for item in group.locator(name).all():
+            assert box(item)["x"] + box(item)["width"] <= inner + 0.5, name
+
+    page, _ = browsing.page(viewport=PHONE, java_script_enabled=False)
+    page.goto("/pgbus/attention")
+    page.locator('[data-testid="attention-group"][data-class="FansOut"]').get_by_test_id("bulk-cancel-submit").click()
+    question = by_testid(page, "confirm-sentence")
+    expect(question).to_contain_text("pgbus_flask.errors.ChildJobFailed")
+    form = box(by_testid(page, "confirm-form"))
+    assert box(question)["x"] + box(question)["width"] <= form["x"] + form["width"] + 0.5
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    browsing.assert_no_errors()
+
+
+def test_the_confirmation_buttons_stand_clear_of_the_reason_field(app: Flask, browsing: Browsing) -> None:
+    from playwright.sync_api import expect
+
+    with app.app_context():
+        run = ThreeSteps.start(order_id=1)
+    for viewport in (PHONE, {"width": 1280, "height": 900}):
+        page, _ = browsing.page(viewport=viewport, java_script_enabled=False)
+        page.goto(f"/pgbus/runs/{run.workflow_id}")
+        by_testid(page, "action-cancel-submit").click()
+        expect(by_testid(page, "confirm-sentence")).to_be_visible()
+        reason, submit = box(by_testid(page, "confirm-reason")), box(by_testid(page, "confirm-submit"))
+        gap = submit["y"] - (reason["y"] + reason["height"])
+        assert gap >= 8, f"{viewport['width']} px: the button is {gap:.1f} px below the reason field"
+    browsing.assert_no_errors()
+
+
+# The width of each line of an element's text (line boxes by their top).
+LINE_WIDTHS_JS = """(el) => {
+  const range = document.createRange(); range.selectNodeContents(el);
+  const widths = {};
+  for (const r of range.getClientRects()) widths[Math.round(r.top)] = (widths[Math.round(r.top)] || 0) + r.width;
+  return Object.values(widths);
+}"""
+
+
+def test_bulk_buttons_line_up_and_wrap_into_even_lines(app: Flask, browsing: Browsing) -> None:
+    """At a width where the three bulk forms of a group share a row and long labels wrap: the buttons
+    end on one line, and a wrapped label does not leave one word alone on its last line."""
+    child_job_failures(app, 12)
+    page, _ = browsing.page(viewport={"width": 800, "height": 900})
+    page.goto("/pgbus/attention")
+    wrapped = 0
+    for group in by_testid(page, "attention-group").all():
+        buttons = [group.get_by_test_id(f"bulk-{a}-submit") for a in ("resume", "skip", "cancel")]
+        bottoms = [box(b)["y"] + box(b)["height"] for b in buttons]
+        assert max(bottoms) - min(bottoms) <= 1, f"buttons end at {bottoms}"
+        for button in buttons:
+            lines = button.evaluate(LINE_WIDTHS_JS)
+            if len(lines) > 1:
+                wrapped += 1
+                assert min(lines) >= 0.45 * max(lines), f"{button.inner_text()!r} wraps into lines of {lines} px"
+    assert wrapped >= 2, "at 800 px some labels wrap (the test would prove nothing otherwise)"
+    browsing.assert_no_errors()
+
+
+def test_overview_numbers_line_up_with_their_headers(app: Flask, browsing: Browsing) -> None:
+    child_job_failures(app, 1)
+    page, _ = browsing.page(viewport={"width": 1280, "height": 900})
+    page.goto("/pgbus/")
+    for table in ("counts-table", "stuck-table"):
+        headers = by_testid(page, table).locator("thead th")
+        cells = by_testid(page, table).locator("tbody tr").first.locator("td")
+        assert cells.count() == headers.count() - 1
+        for i in range(cells.count()):
+            header, cell = headers.nth(i + 1), cells.nth(i)
+            right = [page.evaluate("""(el) => { const r = document.createRange(); r.selectNodeContents(el);
+                                     const b = r.getBoundingClientRect(); return b.right; }""", e.element_handle())
+                     for e in (header, cell)]
+            assert abs(right[0] - right[1]) <= 2, (table, i + 1, right)
+    browsing.assert_no_errors()
+
+
+# -- 9. a fan-out stuck for days, from the overview to cancelled --------------------------------------------
+
+
+@pytest.mark.settings(PGBUS_WAITING_THRESHOLD=3600)
+def test_a_stuck_fan_out_from_the_overview_to_cancelled(app: Flask, browsing: Browsing) -> None:
+    from playwright.sync_api import expect
+
+    from .webtools import sql, work_some
+
+    with app.app_context():
+        stuck = FansOut.start(n=3, subject=("Order", 7))
+        work_some(engine_of(app), 1)  # the batch opens; its children never run
+    sql(app, "UPDATE pgbus_workflow_steps SET waiting_since = now() - interval '3 days' WHERE workflow_id = %s",
+        stuck.workflow_id)
+    page, watch = browsing.page()
+    page.goto("/pgbus/")
+    expect(by_testid(page, "card-attention").locator(".card-number")).to_have_text("1")
+    marker = by_testid(page, "count-attention-waiting")
+    expect(marker).to_have_text("⚠ 1 needs attention")
+    marker.click()
+    expect(page).to_have_url(re.compile(r"reason=waiting_overdue"))
+    row = by_testid(page, "run-row")
+    expect(row).to_have_count(1)
+    expect(row.get_by_test_id("status-badge")).to_have_text("Waiting")
+    expect(row.get_by_test_id("attention-badge")).to_have_text("⚠ Waiting too long")
+    expect(row.get_by_test_id("next-step")).to_have_text(
+        "Waiting for batch FansOut#notify_vendors (0 of 3 jobs done).")
+    row.get_by_test_id("run-link").click()
+
+    expect(by_testid(page, "run-header").get_by_test_id("attention-badge")).to_be_visible()
+    expect(by_testid(page, "signal-form")).to_have_count(0)  # no signal ends a wait on a batch
+    expect(page.locator(".btn.primary")).to_have_count(0)  # nothing to push on with: no plan
+    cancel = by_testid(page, "action-cancel-submit")
+    expect(cancel).to_have_text("Cancel the run and its open step notify_vendors")
+    by_testid(page, "action-cancel-reason").fill("vendors never answer")
+    cancel.click()
+    expect(by_testid(page, "notice")).to_have_text("Done: Cancel run.")
+    assert watch.dialogs == ["Cancel this FansOut run? Its open step is cancelled and nothing else runs."]
+    expect(by_testid(page, "run-header").get_by_test_id("attention-badge")).to_have_count(0)
+    entries = page.locator('[data-testid="audit-entry"]')
+    expect(entries.first).to_have_attribute("data-event", "started")  # oldest first
+    expect(entries.last).to_have_attribute("data-event", "cancelled")
+    page.goto("/pgbus/attention")
+    expect(by_testid(page, "empty")).to_have_text("No run needs attention.")
     browsing.assert_no_errors()

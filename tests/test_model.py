@@ -32,9 +32,11 @@ After every rule it checks, over every run in the database:
   the run's status, and every step row has the events of what happened to it;
 * no run is stuck without a reason the attention view shows: the runs
   ``queries.stuck_reason_counts`` and the attention groups list are exactly the
-  paused runs (stalled / paused_error / paused_manual by their latest step),
-  the ready runs whose step is due longer than the stall threshold and the
-  runs waiting without a deadline longer than the waiting threshold; every
+  paused runs (stalled / paused_error / paused_manual by their latest step:
+  failed with StepStalled, failed otherwise, or not failed), the ready runs
+  whose step is due longer than the stall threshold and the runs waiting
+  without a deadline (on a signal or a fan-out batch) longer than the waiting
+  threshold; every
   other ongoing run moves on by itself: its scheduled step has a job in Redis
   (unless the test lost it), its signal wait has no pending signal it could
   take, its open batch has a job for each pending child, and no job crashed;
@@ -252,6 +254,16 @@ def cycle_starts(events: list[Row]) -> list[int]:
     return starts
 
 
+def paused_reason(latest: Row) -> str:
+    """The stuck reason of a paused run, as the reference has it: its latest step failed (stalled, or
+    with any other error) or not; a step that asked for its own pause or reattempt did not fail."""
+    if latest["status"] == "failed" and latest["error_class"] == states.STALLED_ERROR:
+        return "stalled"
+    if latest["status"] == "failed" and latest["outcome"] not in states.REQUESTED_OUTCOMES:
+        return "paused_error"
+    return "paused_manual"
+
+
 def expected_stuck(world: World, engine: Engine) -> set[tuple[Any, str, str]]:
     """(workflow id, reason, step) of each run DESIGN.md's stuck reasons name."""
     found: set[tuple[Any, str, str]] = set()
@@ -262,18 +274,11 @@ def expected_stuck(world: World, engine: Engine) -> set[tuple[Any, str, str]]:
         assert latest is not None
         wid, status = run["workflow_id"], run["status"]
         if status == "paused":
-            if latest["status"] == "failed" and latest["error_class"] == states.STALLED_ERROR:
-                reason = "stalled"
-            elif latest["status"] == "failed" and latest["error_class"] is not None:
-                reason = "paused_error"
-            else:
-                reason = "paused_manual"
-            found.add((wid, reason, latest["step_name"]))
+            found.add((wid, paused_reason(latest), latest["step_name"]))
         elif status == "ready" and latest["status"] == "scheduled" and latest["scheduled_at"] < world.now - stall:
             found.add((wid, "overdue", latest["step_name"]))
         elif (status == "waiting" and waiting is not None and latest["status"] == "waiting"
-              and latest["timeout_at"] is None and latest["batch_id"] is None
-              and latest["waiting_since"] < world.now - waiting):
+              and latest["timeout_at"] is None and latest["waiting_since"] < world.now - waiting):
             found.add((wid, "waiting_overdue", latest["step_name"]))
     return found
 
@@ -284,18 +289,11 @@ def expected_attention(run: Row, latest: Row) -> tuple[Any, ...]:
     status = run["status"]
     reason, since = None, None
     if status == "paused":
-        since = run["paused_at"]
-        if latest["status"] == "failed" and latest["error_class"] == states.STALLED_ERROR:
-            reason = "stalled"
-        elif latest["status"] == "failed" and latest["error_class"] is not None:
-            reason = "paused_error"
-        else:
-            reason = "paused_manual"
+        reason, since = paused_reason(latest), run["paused_at"]
     elif status == "ready" and latest["status"] == "scheduled":
         reason, since = "overdue", latest["scheduled_at"]
-    elif (status == "waiting" and latest["status"] == "waiting" and latest["timeout_at"] is None
-          and latest["batch_id"] is None):
-        reason, since = "waiting_overdue", latest["waiting_since"]
+    elif status == "waiting" and latest["status"] == "waiting" and latest["timeout_at"] is None:
+        reason, since = "waiting_overdue", latest["waiting_since"]  # on a signal or on a fan-out batch
     if reason is None:
         return (None, None, None, None)
     return (reason, since, latest["id"], latest["error_class"])

@@ -100,7 +100,7 @@ def test_waiting_for_a_batch() -> None:
                  step_waiting_since=ago(minutes=1), batch_done=7, batch_total=12, batch_failed=0))
     assert (p.badge, p.tone, p.next_key) == ("waiting", "yellow", "waiting_batch")
     assert p.next_args["done"] == 7 and p.next_args["total"] == 12 and p.next_args["batch_id"] == 9
-    assert p.next_args["batch"] == "notify_vendors"
+    assert p.next_args["batch"] == "OrderWorkflow#notify_vendors"  # as the reference names a batch
 
 
 def test_paused_after_an_error() -> None:
@@ -122,8 +122,42 @@ def test_paused_by_someone() -> None:
 
 
 def test_paused_by_the_step_itself_is_manual_too() -> None:
-    p = show(row("paused", paused_at=ago(hours=1), step_status="failed", step_error_message="needs a look"))
-    assert p.next_key == "paused_manual"
+    p = show(row("paused", paused_at=ago(hours=1), step_status="failed", step_outcome="paused",
+                 step_error_message="needs a look"))
+    assert (p.badge, p.next_key) == ("paused", "paused_manual")
+
+
+def test_a_reattempt_asked_for_while_paused_is_not_a_failure() -> None:
+    p = show(row("paused", paused_at=ago(hours=1), step_status="failed", step_outcome="reattempted",
+                 step_error_message="the step asked to be reattempted"))
+    assert (p.badge, p.next_key) == ("paused", "paused_manual")
+
+
+def test_a_step_that_failed_without_an_error_class_is_still_a_failure() -> None:
+    """The reference's rule: paused on a latest step that failed is paused_error, whatever it failed with."""
+    p = show(row("paused", paused_at=ago(minutes=2), step_status="failed", step_outcome="failed"))
+    assert (p.badge, p.tone, p.next_key) == ("paused_error", "red", "paused_failed")
+    assert "error" not in p.next_args
+
+
+def attention(status: str, reason: str | None, since: datetime | None,
+              waiting_threshold: timedelta | None = timedelta(hours=1)) -> str | None:
+    r = row(status, attention_reason=reason, attention_since=since)
+    return present(r, now=NOW, stall_threshold=THRESHOLD, waiting_threshold=waiting_threshold).attention
+
+
+def test_the_runs_that_need_attention_now() -> None:
+    """What the lists mark: the runs the stuck counts count, from the attention columns."""
+    assert attention("paused", "paused_error", ago(seconds=1)) == "paused_error"
+    assert attention("paused", "paused_manual", ago(seconds=1)) == "paused_manual"
+    assert attention("ready", "overdue", ago(minutes=6)) == "overdue"
+    assert attention("ready", "overdue", ago(minutes=4)) is None  # due, not overdue yet
+    assert attention("waiting", "waiting_overdue", ago(days=3)) == "waiting_overdue"
+    assert attention("waiting", "waiting_overdue", ago(minutes=59)) is None
+    assert attention("waiting", "waiting_overdue", ago(days=3), waiting_threshold=None) is None  # not set: never
+    assert attention("running", None, None) is None
+    assert attention("finished", None, None) is None
+    assert show(row("waiting", attention_reason="waiting_overdue", attention_since=ago(days=3))).attention is None
 
 
 def test_finished() -> None:

@@ -61,7 +61,7 @@ def test_without_javascript_the_server_asks_to_confirm_first(app: Flask) -> None
     page = asked.get_data(as_text=True)
     assert "Cancel this ThreeSteps run? Its open step is cancelled and nothing else runs." in text_of(page)
     assert refreshed(app, run).status == "ready", "asking changes nothing"
-    form = re.search(r'<form method="post" action="([^"]+)" data-testid="confirm-form">(.*?)</form>', page, re.S)
+    form = re.search(r'<form method="post" action="([^"]+)" data-testid="confirm-form"[^>]*>(.*?)</form>', page, re.S)
     assert form
     fields = form_fields(form.group(2))
     assert fields["confirmed"] == "1" and fields["reason"] == "duplicate order"

@@ -22,6 +22,10 @@ def test_overview_and_runs(app: Flask) -> None:
     stalled = next(r for r in runs["runs"] if r["workflow_id"] == ids["stalled"])
     assert stalled["presentation"]["badge"] == "stalled"
     assert stalled["presentation"]["sentence"].startswith("Paused for ")
+    assert stalled["presentation"]["attention"] == "stalled"  # what the runs list marks
+    ready = client.get("/pgbus/api/runs?status=ready").get_json()["runs"]
+    assert {r["workflow_id"]: r["presentation"]["attention"] for r in ready} == {
+        ids["queued"]: None, ids["overdue"]: "overdue", ids["scheduled"]: None}
     assert stalled["latest_step"]["error_class"] == "pgbus_flask.errors.StepStalled"
     assert runs["next_before"] is None
 

@@ -124,8 +124,11 @@ def test_audit_sentences(ctx: Flask) -> None:
                                    "step_name": "ship", "attempt": 1}) == "Paused by cli:bob (ship #1): maintenance"
 
 
-def test_an_unknown_event_reads_as_its_name(ctx: Flask) -> None:
-    assert helpers.audit_sentence({"event": "something_new", "actor": "app"}) == "something_new by app"
+def test_an_unknown_event_reads_as_its_name_in_words(ctx: Flask) -> None:
+    """An event a newer version wrote, which this one has no label for."""
+    assert helpers.audit_sentence({"event": "something_new", "actor": "app"}) == "Something new by app"
+    assert helpers.audit_sentence({"event": "webhook__sent", "actor": "system"}) == "Webhook sent"
+    assert helpers.humanize("x") == "X"
 
 
 def group(count: int, error: str | None = "TimeoutError", reason: str = "paused_error") -> AttentionGroup:

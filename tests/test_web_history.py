@@ -67,6 +67,7 @@ def test_the_audit_trail_pages_back_to_the_start(app: Flask, long_run: Any) -> N
     url: str | None = f"/pgbus/runs/{long_run.workflow_id}"
     seen: list[str] = []
     pages = 0
+    first = client.get(url).get_data(as_text=True)
     while url:
         page = client.get(url).get_data(as_text=True)
         entries = re.findall(r'data-testid="audit-entry" data-event="(\w+)"', page)
@@ -77,7 +78,10 @@ def test_the_audit_trail_pages_back_to_the_start(app: Flask, long_run: Any) -> N
             assert link(page, "newest-entries") is not None
         url = link(page, "older-entries")
     assert len(seen) == total and pages == -(-total // PAGE_SIZE)
-    assert seen[-1] == "started"  # newest first, so the run's start comes last
+    assert seen[-len(entries)] == "started"  # the last page opens with the run's start: each reads oldest first
+    in_order = [int(n) for n in re.findall(r'data-testid="audit-entry" data-event="\w+" data-id="(\d+)"', first)]
+    assert in_order == sorted(in_order) and len(in_order) == PAGE_SIZE
+    assert "<ol" not in first[first.index('data-testid="audit-trail"') - 40:], "a page of the trail is not numbered"
 
 
 def test_the_timeline_of_many_attempts_is_an_aggregate(app: Flask, long_run: Any) -> None:

@@ -13,8 +13,8 @@ from flask_babel import Babel
 from pgbus_flask.web import i18n
 
 from .conftest import work
-from .webtools import engine_of, seed_every_state, text_of
-from .workflows import FailsUntil, PausesItself
+from .webtools import engine_of, seed_every_state, text_of, work_some
+from .workflows import FailsUntil, FansOut
 
 
 def lang(page: str) -> str:
@@ -74,11 +74,12 @@ def test_every_page_in_every_locale(app: Flask, locale: str) -> None:
         assert "%(" not in page and "%d" not in page, url
     runs = text_of(client.get("/pgbus/runs", query_string={"locale": locale}).get_data(as_text=True))
     expected = {
-        "en": ["Waiting for batch notify_vendors (2 of 3 jobs done).", "10 minutes ago", "Scheduled: reserve runs at "],
+        "en": ["Waiting for batch FansOut#notify_vendors (2 of 3 jobs done).", "10 minutes ago",
+               "Scheduled: reserve runs at "],
         "de": ["Überfällig: reserve war vor 10 Minuten fällig", "Geplant: reserve läuft am ",
                "(2 von 3 Jobs erledigt)"],
         "ja": ["期限超過: reserve は 10 分前に実行予定でしたが",
-               "バッチ notify_vendors を待っています（3 件中 2 件のジョブが完了）。",
+               "バッチ FansOut#notify_vendors を待っています（3 件中 2 件のジョブが完了）。",
                "実行予定: reserve は ",
                "3 件中 2 件のジョブが完了"],
     }[locale]
@@ -88,17 +89,17 @@ def test_every_page_in_every_locale(app: Flask, locale: str) -> None:
 
 def test_plurals(app: Flask) -> None:
     with app.app_context():
-        FailsUntil.start(fail_until=9)
-        work(engine_of(app))
+        FansOut.start(n=1)
+        FansOut.start(n=2)
+        work_some(engine_of(app), 2)  # both steps open their batches; no child runs yet
     client = app.test_client()
-    assert "1 run needs a person" in text_of(client.get("/pgbus/").get_data(as_text=True))
-    assert "1 Lauf erfordert manuelles Eingreifen" in text_of(client.get("/pgbus/?locale=de").get_data(as_text=True))
-    with app.app_context():
-        PausesItself.start()
-        work(engine_of(app))
-    assert "2 runs need a person" in text_of(client.get("/pgbus/?locale=en").get_data(as_text=True))
-    assert "2 Läufe erfordern manuelles Eingreifen" in text_of(client.get("/pgbus/?locale=de").get_data(as_text=True))
-    assert "2 件の実行に人の対応が必要です" in text_of(client.get("/pgbus/?locale=ja").get_data(as_text=True))
+
+    def runs(locale: str) -> str:
+        return text_of(client.get(f"/pgbus/runs?locale={locale}").get_data(as_text=True))
+
+    assert "(0 of 1 job done)" in runs("en") and "(0 of 2 jobs done)" in runs("en")
+    assert "(0 von 1 Job erledigt)" in runs("de") and "(0 von 2 Jobs erledigt)" in runs("de")
+    assert "（1 件中 0 件のジョブが完了）" in runs("ja") and "（2 件中 0 件のジョブが完了）" in runs("ja")
 
 
 def test_times_are_relative_inside_time_tags_in_the_viewers_locale(app: Flask) -> None:

@@ -199,7 +199,9 @@ CREATE TRIGGER pgbus_workflow_events_append_only
 
 -- A run's attention columns from its row and latest step, written only when they change; true when
 -- they did. The runner calls it in the statement that writes a transaction's audit events: two index
--- probes, planned once per connection (a set-based UPDATE was planned again at every call).
+-- probes, planned once per connection (a set-based UPDATE was planned again at every call). As migration
+-- 0007 left it: paused_error when the latest step failed (not when it asked for its own pause or
+-- reattempt), waiting_overdue for a wait on a fan-out batch too.
 CREATE FUNCTION pgbus_workflow_attention(run_id uuid) RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
     run_status text;
@@ -214,7 +216,7 @@ DECLARE
     step_scheduled_at timestamptz;
     step_waiting_since timestamptz;
     step_timeout_at timestamptz;
-    step_batch_id bigint;
+    step_outcome text;
     new_reason text;
     new_since timestamptz;
 BEGIN
@@ -225,18 +227,19 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    SELECT s.id, s.status, s.error_class, s.scheduled_at, s.waiting_since, s.timeout_at, s.batch_id
+    SELECT s.id, s.status, s.error_class, s.scheduled_at, s.waiting_since, s.timeout_at, s.outcome
       INTO step_id, step_status, step_error_class, step_scheduled_at, step_waiting_since, step_timeout_at,
-           step_batch_id
+           step_outcome
       FROM pgbus_workflow_steps s WHERE s.workflow_id = run_id ORDER BY s.id DESC LIMIT 1;
     new_reason := CASE
         WHEN run_status = 'paused' AND step_status = 'failed' AND step_error_class = 'pgbus_flask.errors.StepStalled'
             THEN 'stalled'
-        WHEN run_status = 'paused' AND step_status = 'failed' AND step_error_class IS NOT NULL THEN 'paused_error'
+        WHEN run_status = 'paused' AND step_status = 'failed'
+             AND step_outcome IS DISTINCT FROM 'paused' AND step_outcome IS DISTINCT FROM 'reattempted'
+            THEN 'paused_error'
         WHEN run_status = 'paused' THEN 'paused_manual'
         WHEN run_status = 'ready' AND step_status = 'scheduled' THEN 'overdue'
-        WHEN run_status = 'waiting' AND step_status = 'waiting' AND step_timeout_at IS NULL AND step_batch_id IS NULL
-            THEN 'waiting_overdue'
+        WHEN run_status = 'waiting' AND step_status = 'waiting' AND step_timeout_at IS NULL THEN 'waiting_overdue'
         END;
     IF new_reason IS NULL THEN
         step_id := NULL;

@@ -23,7 +23,7 @@ from werkzeug.wrappers import Response
 from .. import db, states
 from ..engine import Engine
 from ..errors import DatabaseUnavailable, PgbusError, SchemaMissing, WorkflowNotFound
-from . import api, embed, helpers, i18n, inputs, insights, live, messages, security, views
+from . import api, embed, helpers, i18n, inputs, insights, live, messages, presenter, security, views
 from . import metrics as scrape
 
 log = logging.getLogger("pgbus_flask.web")
@@ -82,6 +82,7 @@ def make_blueprint(engine: Engine) -> Blueprint:
             "time_tag": lambda moment: i18n.time_tag(moment, now), "absolute": i18n.absolute,
             "duration": i18n.duration, "number": i18n.number, "code": i18n.code,
             "next_sentence": lambda p: helpers.next_sentence(p, now), "run_badge": helpers.run_badge,
+            "attention_badge": helpers.attention_badge, "batch_name": presenter.batch_name,
             "status_badge": helpers.status_badge, "step_badge": helpers.step_badge,
             "signal_badge": helpers.signal_badge, "child_badge": helpers.child_badge,
             "audit_sentence": lambda e: helpers.audit_sentence(e, helpers.HTML, now), "label": helpers.label,

@@ -50,7 +50,7 @@ def _row(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def _presentation(p: Presentation, now: datetime) -> dict[str, Any]:
     return {"badge": p.badge, "tone": p.tone, "key": p.next_key, "args": p.next_args,
-            "sentence": helpers.next_sentence(p, now).striptags()}
+            "sentence": helpers.next_sentence(p, now).striptags(), "attention": p.attention}
 
 
 class Api:

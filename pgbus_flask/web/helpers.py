@@ -104,6 +104,9 @@ RESUME_LABELS = {
 #: The outside verbs the run page has a button for (signal has its own form;
 #: pause and reschedule stay in the CLI and the Python API).
 DASHBOARD_ACTIONS = ("resume", "resume_at", "run_now", "skip", "rerun", "cancel")
+#: The run page's primary button is the first of these the run allows: what moves it on as planned
+#: (resume does what its resume plan says). Resume at step, skip and cancel drop work: never primary.
+PRIMARY_ACTIONS = ("resume", "run_now", "rerun")
 
 #: Bulk actions each stuck reason allows (resume needs a paused run).
 BULK_BY_REASON = {
@@ -131,6 +134,20 @@ def badge(text: str, tone: str, kind: str, value: str) -> Markup:
 def run_badge(presentation: Presentation) -> Markup:
     """The presenter's badge for a run."""
     return badge(label(BADGE_LABELS, presentation.badge), presentation.tone, "status", presentation.badge)
+
+
+#: The tone of each stuck reason's badge (the attention page's groups, the lists' markers).
+STUCK_REASON_TONES = {"stalled": "red", "paused_error": "red", "paused_manual": "yellow", "overdue": "yellow",
+                      "waiting_overdue": "yellow"}
+
+
+def attention_badge(reason: str) -> Markup:
+    """The marker of a run that needs a person: its stuck reason, beside its status badge in the lists
+    ("Waiting" alone would not say that a wait of three days is stuck)."""
+    return Markup('<span class="pgbus-badge tone-%s attention-badge" data-testid="attention-badge" data-value="%s"'
+                  ' title="%s"><span aria-hidden="true">\u26a0 </span>%s</span>') % (
+        STUCK_REASON_TONES.get(reason, "yellow"), reason, gettext("Needs attention"),
+        label(STUCK_REASON_LABELS, reason))
 
 
 def status_badge(status: str) -> Markup:
@@ -166,6 +183,7 @@ NEXT_MESSAGES = {
     "waiting_any_signal": N_("Waiting for a signal at %(step)s for %(duration)s."),
     "waiting": N_("Waiting at %(step)s for %(duration)s."),
     "paused_error": N_("Paused for %(duration)s: %(step)s failed with %(error)s. Retry it to go on."),
+    "paused_failed": N_("Paused for %(duration)s: %(step)s failed. Retry it to go on."),
     "stalled": N_("Paused for %(duration)s: %(step)s stalled (its worker stopped responding). Retry it to go on."),
     "paused_manual": N_("Paused at %(step)s for %(duration)s; nothing runs until someone resumes it."),
     "finished": N_("Finished %(ago)s."),
@@ -248,8 +266,28 @@ def subject_link(builder: Callable[[str, str], Any] | None, subject_type: str | 
 
 
 def dashboard_actions(available: list[str]) -> list[str]:
-    """The run page's buttons: the run's available actions the dashboard has a button for."""
-    return [action for action in DASHBOARD_ACTIONS if action in available]
+    """The run page's buttons: the run's available actions the dashboard has a button for, the
+    primary one (:func:`primary_action`) first."""
+    actions = [action for action in DASHBOARD_ACTIONS if action in available]
+    primary = primary_action(actions)
+    return [primary, *(a for a in actions if a != primary)] if primary else actions
+
+
+def primary_action(actions: list[str]) -> str | None:
+    """The action of the run page's primary button, if any (:data:`PRIMARY_ACTIONS`)."""
+    return next((action for action in PRIMARY_ACTIONS if action in actions), None)
+
+
+def action_button(action: str, plan: ResumePlan | None, open_step: str | None) -> str:
+    """A run page button's label (HTML). Resume says what its plan does ("Retry capture"); resume at
+    step and cancel say which open step they cancel ("Cancel confirm and resume at the chosen step")."""
+    if action == "resume":
+        return resume_label(plan)
+    if action == "resume_at" and open_step:
+        return fill(ugettext("Cancel %(step)s and resume at the chosen step"), HTML, step=open_step)
+    if action == "cancel" and open_step:
+        return fill(ugettext("Cancel the run and its open step %(step)s"), HTML, step=open_step)
+    return escape(label(ACTION_LABELS, action))
 
 
 # -- where a sentence goes decides how the names in it are isolated ----------------------
@@ -285,7 +323,9 @@ def audit_sentence(event: Mapping[str, Any], to: str = PLAIN, now: datetime | No
     :data:`TEXT`, a reason the engine wrote (``message_code`` in the details) is said in the
     viewer's language; :data:`PLAIN` (the JSON API) keeps the stored English.
     """
-    what = label(EVENT_LABELS, event["event"])  # our own words: escaped, not isolated
+    name = event["event"]
+    # our own words: escaped, not isolated; an event of a newer version reads as its name in words
+    what = label(EVENT_LABELS, name) if name in EVENT_LABELS else humanize(name)
     if event["actor"] == "system":
         sentence = escape(what) if to == HTML else what
     else:
@@ -302,6 +342,12 @@ def audit_sentence(event: Mapping[str, Any], to: str = PLAIN, now: datetime | No
     if reason:
         sentence = fill(ugettext("%(sentence)s: %(reason)s"), to, sentence=sentence, reason=reason)
     return sentence
+
+
+def humanize(name: str) -> str:
+    """A name we have no words for, as words: "something_new" -> "Something new"."""
+    words = " ".join(name.replace("_", " ").split())
+    return words[:1].upper() + words[1:]
 
 
 #: The bulk buttons: for one run, and for several.
@@ -358,8 +404,10 @@ def bulk_confirm(action: str, group: AttentionGroup, to: str = PLAIN) -> str:
                 to, num=n, step=step)
 
 
-def action_confirm(action: str, workflow_class: str, step: str | None, to: str = PLAIN) -> str:
-    """The confirm question of a run page button."""
+def action_confirm(action: str, workflow_class: str, step: str | None, to: str = PLAIN,
+                   open_step: bool = True) -> str:
+    """The confirm question of a run page button (``open_step``: the run has an open step, which
+    resume at step and cancel cancel)."""
     questions = {
         "resume": N_("Resume this %(workflow)s run?"),
         "resume_at": N_("Cancel the open step and resume this %(workflow)s run at the chosen step?"),
@@ -368,4 +416,7 @@ def action_confirm(action: str, workflow_class: str, step: str | None, to: str =
         "rerun": N_("Run this %(workflow)s run again from the chosen step?"),
         "cancel": N_("Cancel this %(workflow)s run? Its open step is cancelled and nothing else runs."),
     }
+    if not open_step:  # paused on a step that ended: there is nothing to cancel but the run
+        questions.update(resume_at=N_("Resume this %(workflow)s run at the chosen step?"),
+                         cancel=N_("Cancel this %(workflow)s run? Nothing else in it runs."))
     return fill(ugettext(questions[action]), to, workflow=workflow_class, step=step or "")

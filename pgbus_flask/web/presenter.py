@@ -3,14 +3,16 @@
 :func:`present` takes a run's row with its latest step (the ``step_*``
 columns of :func:`pgbus_flask.queries.list_runs`, plus ``batch_done`` /
 ``batch_total``) and returns the badge, its tone, and the key and arguments
-of the "what happens next" sentence. It does no I/O and translates nothing:
+of the "what happens next" sentence, and whether the run needs attention now
+(its stuck reason, from the attention columns the runner keeps on the row).
+It does no I/O and translates nothing:
 :mod:`pgbus_flask.web.helpers` turns the key into words.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,14 +36,15 @@ BADGE_TONES: dict[str, str] = {
 #: Every next-step message key :func:`present` can return.
 NEXT_KEYS = (
     "scheduled", "queued", "overdue", "running", "possibly_stalled", "waiting_signal", "waiting_signal_deadline",
-    "waiting_any_signal", "waiting_batch", "waiting", "paused_error", "stalled", "paused_manual", "finished",
-    "cancelled",
+    "waiting_any_signal", "waiting_batch", "waiting", "paused_error", "paused_failed", "stalled", "paused_manual",
+    "finished", "cancelled",
 )
 
 
 @dataclass(frozen=True)
 class Presentation:
-    """A run's badge, its tone, and its next-step sentence as a message key and arguments.
+    """A run's badge, its tone, and its next-step sentence as a message key and arguments; and
+    ``attention``, the stuck reason it needs a person for now (None when it needs none).
 
     Argument kinds by name: ``step``/``signal``/``error`` are names shown as
     code, ``batch`` a batch name linked to ``batch_id``, ``ago``/``time``
@@ -52,6 +55,12 @@ class Presentation:
     tone: str
     next_key: str
     next_args: dict[str, Any] = field(default_factory=dict)
+    attention: str | None = None
+
+
+def batch_name(workflow_class: str, step: str) -> str:
+    """A fan-out batch as the dashboard names it: its run's class and its step, "OrderWorkflow#notify_vendors"."""
+    return f"{workflow_class}#{step}"
 
 
 def _step(row: Mapping[str, Any], name: str) -> Any:
@@ -66,15 +75,41 @@ def _result(badge: str, key: str, **args: Any) -> Presentation:
     return Presentation(badge, BADGE_TONES[badge], key, args)
 
 
+def stuck_reason(row: Mapping[str, Any], *, now: datetime, stall_threshold: timedelta,
+                 waiting_threshold: timedelta | None) -> str | None:
+    """The stuck reason a run needs a person for now, from its attention columns: the runs
+    :func:`pgbus_flask.queries.stuck_reason_counts` counts, and no others (None for a row without
+    those columns)."""
+    reason, since, status = row.get("attention_reason"), row.get("attention_since"), row.get("status")
+    if reason in states.PAUSED_REASONS:
+        return str(reason) if status == "paused" else None
+    if since is None:
+        return None
+    if reason == "overdue" and status == "ready" and since < now - stall_threshold:
+        return "overdue"
+    if (reason == "waiting_overdue" and status == "waiting" and waiting_threshold is not None
+            and since < now - waiting_threshold):
+        return "waiting_overdue"
+    return None
+
+
 def present(row: Mapping[str, Any], *, now: datetime, stall_threshold: timedelta,
-            wait_for: str | None = None) -> Presentation:
-    """The badge and next-step sentence of a run.
+            wait_for: str | None = None, waiting_threshold: timedelta | None = None) -> Presentation:
+    """The badge and next-step sentence of a run, and the stuck reason it needs a person for.
 
     :param row: the run's row with its latest step, as ``step_*`` columns or a ``latest_step`` dict.
     :param now: the current time (aware).
     :param stall_threshold: a scheduled step due longer than this is overdue.
     :param wait_for: the signal the current step waits for, when the class is known here.
+    :param waiting_threshold: ``PGBUS_WAITING_THRESHOLD`` (None: waiting never needs attention).
     """
+    shown = _present(row, now=now, stall_threshold=stall_threshold, wait_for=wait_for)
+    attention = stuck_reason(row, now=now, stall_threshold=stall_threshold, waiting_threshold=waiting_threshold)
+    return replace(shown, attention=attention) if attention else shown
+
+
+def _present(row: Mapping[str, Any], *, now: datetime, stall_threshold: timedelta,
+             wait_for: str | None) -> Presentation:
     status = row["status"]
     step = _step(row, "step_name") or row.get("current_step")
     step_status = _step(row, "status")
@@ -88,7 +123,9 @@ def present(row: Mapping[str, Any], *, now: datetime, stall_threshold: timedelta
         error_class = _step(row, "error_class")
         if step_status == "failed" and error_class == states.STALLED_ERROR:
             return _result("stalled", "stalled", step=step, since=since, attempt=attempt)
-        if step_status == "failed" and error_class:
+        if step_status == "failed" and _step(row, "outcome") not in states.REQUESTED_OUTCOMES:
+            if not error_class:
+                return _result("paused_error", "paused_failed", step=step, since=since, attempt=attempt)
             return _result("paused_error", "paused_error", step=step, error=error_class, since=since,
                            attempt=attempt, message=_step(row, "error_message"))
         return _result("paused", "paused_manual", step=step, since=since)
@@ -101,7 +138,9 @@ def present(row: Mapping[str, Any], *, now: datetime, stall_threshold: timedelta
     if status == "waiting":
         since = _step(row, "waiting_since") or row.get("updated_at")
         if _step(row, "batch_id") is not None:
-            return _result("waiting", "waiting_batch", step=step, batch=step, batch_id=_step(row, "batch_id"),
+            # Named as the reference names it: "OrderWorkflow#notify_vendors".
+            return _result("waiting", "waiting_batch", step=step, batch=batch_name(row["workflow_class"], str(step)),
+                           batch_id=_step(row, "batch_id"),
                            done=int(row.get("batch_done") or 0), total=int(row.get("batch_total") or 0),
                            failed=int(row.get("batch_failed") or 0), ago=since)
         if step_status != "waiting":

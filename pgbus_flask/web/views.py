@@ -28,7 +28,7 @@ from ..handle import Page, Run
 from ..workflow import Workflow, registry
 from . import helpers, inputs, notices
 from .i18n import bdi, gettext, markup, ugettext
-from .presenter import Presentation, present
+from .presenter import Presentation, batch_name, present
 from .timeline import BUCKETS, MAX_BARS, render_buckets
 from .timeline import render as render_timeline
 
@@ -99,8 +99,10 @@ class Pages:
         step = row.get("step_step_name")
         if step is None and isinstance(row.get("latest_step"), Mapping):
             step = row["latest_step"].get("step_name")
-        return present(row, now=g.pgbus_now, stall_threshold=self.engine.settings.stall_threshold,
-                       wait_for=self.wait_for(row["workflow_class"], step or row.get("current_step")))
+        settings = self.engine.settings
+        return present(row, now=g.pgbus_now, stall_threshold=settings.stall_threshold,
+                       wait_for=self.wait_for(row["workflow_class"], step or row.get("current_step")),
+                       waiting_threshold=settings.waiting_threshold)
 
     def subject(self, row: Mapping[str, Any]) -> Any:
         return helpers.subject_link(self.engine.settings.subject_url, row.get("subject_type"), row.get("subject_id"))
@@ -124,8 +126,12 @@ class Pages:
             "paused": sum(n for (_, status), n in counts.items() if status == "paused"),
             "attention": sum(stuck.values()),
         }
+        # The ready and waiting runs that need a person (overdue, waiting too long), marked in the counts
+        # table from the stuck counts already read; a paused run always needs one.
+        marked = {(cls, states.STUCK_REASON_STATUS[reason]): (reason, n) for (cls, reason), n in stuck.items()
+                  if reason not in states.PAUSED_REASONS}
         return render("pgbus/overview.html", live=True, cards=cards, table=table, stuck=stuck_by_class,
-                      statuses=states.RUN_STATUSES, reasons=states.STUCK_REASONS)
+                      statuses=states.RUN_STATUSES, reasons=states.STUCK_REASONS, marked=marked)
 
     # -- runs list -----------------------------------------------------------------------
 
@@ -176,6 +182,7 @@ class Pages:
         klass = run.klass
         plan = run.resume_plan()
         actions = helpers.dashboard_actions(run.available_actions)
+        open_step = latest.get("step_name") if latest.get("status") in states.OPEN_STEP else None
         attempts = [
             {"row": s, "seconds": ((s["finished_at"] or g.pgbus_now) - s["started_at"]).total_seconds()
              if s["started_at"] else None}
@@ -186,13 +193,15 @@ class Pages:
                  "older_steps": steps.older, "older_events": events.older}
         return render(
             "pgbus/run.html", live=True, run=run, row=row, p=self.present(row), subject=self.subject(row), plan=plan,
-            resume_label=helpers.resume_label(plan), actions=actions,
+            actions=actions, primary=helpers.primary_action(actions),
+            buttons={a: helpers.action_button(a, plan, open_step) for a in actions},
             step_names=[s.name for s in klass.steps] if klass else [], attempts=attempts, events=events.rows,
             pages=pages, signals=signals, batches=batches,
             timeline=self.timeline(run, steps, steps_before is None and steps.older is None),
             arguments=pretty(run.arguments), outputs=pretty(run.outputs()), error=error, form=form or {},
-            notice=notice, signal_allowed="signal" in run.available_actions,
-            confirms={a: helpers.action_confirm(a, run.workflow_class, run.current_step, helpers.TEXT)
+            notice=notice, signal_allowed=signal_matters(run),
+            confirms={a: helpers.action_confirm(a, run.workflow_class, run.current_step, helpers.TEXT,
+                                                open_step=open_step is not None)
                       for a in actions},
         ), status
 
@@ -210,7 +219,9 @@ class Pages:
         elif action == "rerun" and step:
             params["step"] = step
         if request.form.get("confirmed") != "1":
-            question = helpers.action_confirm(action, run.workflow_class, step or run.current_step, helpers.HTML)
+            latest = run.latest_step or {}
+            question = helpers.action_confirm(action, run.workflow_class, step or run.current_step, helpers.HTML,
+                                              open_step=latest.get("status") in states.OPEN_STEP)
             fields = {"reason": reason or "", **({"step": step} if step else {})}
             return render(
                 "pgbus/confirm.html", question=question, target=url_for(".act", workflow_id=run.workflow_id,
@@ -309,10 +320,26 @@ class Pages:
             abort(404, markup(ugettext("No batch has the id %(value)s."), value=inputs.shown(batch_id)))
         batch, children = found
         total = max(int(batch["total"]), 1)
-        return render("pgbus/batch.html", live=True, batch=batch, children=children,
-                               done_pct=100.0 * batch["done"] / total, failed_pct=100.0 * batch["failed"] / total,
-                               children_json=[pretty(c["result"]) if c["result"] is not None else None
-                                              for c in children])
+        return render("pgbus/batch.html", live=True, batch=batch, children=children, subject=self.subject(batch),
+                      name=batch_name(batch["workflow_class"], batch["step_name"]),
+                      done_pct=100.0 * batch["done"] / total, failed_pct=100.0 * batch["failed"] / total,
+                      children_json=[pretty(c["result"]) if c["result"] is not None else None for c in children])
+
+
+def signal_matters(run: Run) -> bool:
+    """Whether the run page offers the send-signal form: the run is ongoing, it is not waiting for a
+    fan-out batch (no signal ends that wait), and a step from its current one on waits for a signal
+    (when its class is importable here; otherwise that cannot be told, and the form stays)."""
+    if "signal" not in run.available_actions:
+        return False
+    latest = run.latest_step or {}
+    if latest.get("status") == "waiting" and latest.get("batch_id") is not None:
+        return False
+    if run.klass is None:
+        return True
+    names = [spec.name for spec in run.klass.steps]
+    first = names.index(run.current_step) if run.current_step in names else 0
+    return any(spec.wait_for for spec in run.klass.steps[first:])
 
 
 def pretty(value: Any) -> str:
