@@ -43,7 +43,7 @@ After every rule it checks, over every run in the database:
 * what a person must see is stored right: each run's attention columns (the
   stuck reason it has or will have once its time passes, since when, its latest
   step and that step's error class) are what its row and latest step say now,
-  and ``pgbus_run_counts`` sums to the runs by class and status (paused ones by
+  and ``pgbus_run_counts`` sums to the runs by class and status (ongoing ones by current step; paused ones by
   attention group);
 * signals and batches are consistent (claimed and consumed ones name a step of
   the run, at most one claimed per step; batch counts match their children).
@@ -304,11 +304,13 @@ def stored_attention(run: Row) -> tuple[Any, ...]:
 
 
 def expected_counts(world: World) -> Counter[tuple[str, ...]]:
-    """Runs by class and status, paused ones also by (current step, stuck reason, error class or '')."""
+    """Runs by class and status, ongoing ones also by current step (0008), paused ones also by
+    stuck reason and error class or ''."""
     counts: Counter[tuple[str, ...]] = Counter()
     for run in world.runs:
         paused = run["status"] == "paused"
-        counts[(run["workflow_class"], run["status"], run["current_step"] if paused else "",
+        ongoing = run["status"] in ("ready", "running", "waiting", "paused")
+        counts[(run["workflow_class"], run["status"], run["current_step"] if ongoing else "",
                 (run["attention_reason"] or "") if paused else "",
                 (run["attention_error_class"] or "") if paused else "")] += 1
     return counts

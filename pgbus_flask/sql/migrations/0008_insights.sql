@@ -41,8 +41,7 @@ BEGIN
 END
 $$;
 
-DROP TRIGGER pgbus_workflows_count_update ON pgbus_workflows;
-CREATE TRIGGER pgbus_workflows_count_update
+CREATE OR REPLACE TRIGGER pgbus_workflows_count_update
     AFTER UPDATE ON pgbus_workflows FOR EACH ROW
     WHEN (OLD.workflow_class IS DISTINCT FROM NEW.workflow_class OR OLD.status IS DISTINCT FROM NEW.status
           OR (NEW.status IN ('ready', 'running', 'waiting', 'paused')
