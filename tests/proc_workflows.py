@@ -45,13 +45,18 @@ class SleepsBriefly(Workflow):
         return "after"
 
 
+def mark_pid(marker: str) -> None:
+    """Write this process's pid to ``marker`` at once (a test waits for the file, then knows whom to kill)."""
+    with open(marker + ".tmp", "w") as out:
+        out.write(str(os.getpid()))
+    os.replace(marker + ".tmp", marker)
+
+
 def sleepy_child(index: int, marker: str) -> str:
     """Child 0 sleeps a minute the first time it runs (it writes ``marker`` with its pid
     first, so a test knows whom to kill); every other run of any child is quick."""
     if index == 0 and not os.path.exists(marker):
-        with open(marker + ".tmp", "w") as out:
-            out.write(str(os.getpid()))
-        os.replace(marker + ".tmp", marker)
+        mark_pid(marker)
         time.sleep(60)
     return f"child {index} done"
 
@@ -73,9 +78,7 @@ class FansOutSleepy(Workflow):
 def endless_child(index: int, marker: str) -> str:
     """A fan-out child that does not finish: it writes ``marker`` with its pid (so a test knows a
     worker took it), then sleeps a minute, longer than any test waits for it."""
-    with open(marker + ".tmp", "w") as out:
-        out.write(str(os.getpid()))
-    os.replace(marker + ".tmp", marker)
+    mark_pid(marker)
     time.sleep(60)
     return f"child {index} done"
 
