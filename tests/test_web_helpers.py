@@ -318,3 +318,14 @@ def test_sentences_isolate_their_names_in_html_and_in_confirm_dialogs(ctx: Flask
         f"Resume all 2 runs paused at <bdi>{RLO}capture</bdi> on <bdi>TimeoutError</bdi>?")
     assert helpers.action_confirm("skip", "Order", f"{RLO}ship", helpers.TEXT) == (
         f"Skip {FSI}{RLO}ship{PDI} and go on with the next step?")
+
+
+def test_an_engine_message_without_a_code_is_isolated_in_plain_text(ctx: Flask) -> None:
+    """A stored message with no code (the app's own error) keeps its text; in plain text (an audit
+    sentence in an attribute) it is isolated like every other name, in HTML escaped by the template."""
+    from pgbus_flask.web.messages import system_message
+
+    hostile = f"{RLO}evil"
+    assert system_message(None, None, hostile, NOW, html=False) == f"\u2068{hostile}\u2069"
+    assert system_message(None, None, hostile, NOW, html=True) == hostile
+    assert system_message("no_such_code", {}, "plain", NOW, html=False) == "plain"

@@ -46,6 +46,11 @@ def _moment(value: Any) -> datetime | None:
         return None
 
 
+def _fallback(english: str | None, html: bool) -> str:
+    """The stored English as it is: escaped later by the template (HTML), isolated in plain text."""
+    return (english or "") if html else isolated(english or "")
+
+
 def system_message(code_: str | None, params: Mapping[str, Any] | None, english: str | None,
                    now: datetime, *, html: bool = True) -> str:
     """The message of ``code_`` in the viewer's language (Markup when ``html``), else ``english``
@@ -53,7 +58,7 @@ def system_message(code_: str | None, params: Mapping[str, Any] | None, english:
     template = SYSTEM_MESSAGES.get(code_ or "")
     values = dict(params or {})
     if template is None or not isinstance(params, Mapping):
-        return english or "" if html else isolated(english or "")
+        return _fallback(english, html)
     args: dict[str, Any] = {}
     for key, value in values.items():
         moment = _moment(value) if key.endswith("_at") else None
@@ -68,4 +73,4 @@ def system_message(code_: str | None, params: Mapping[str, Any] | None, english:
             return markup(ugettext(template), **args)
         return ugettext(template) % args
     except (KeyError, TypeError, ValueError):  # parameters this version's sentence does not take
-        return english or "" if html else isolated(english or "")
+        return _fallback(english, html)
