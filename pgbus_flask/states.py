@@ -15,12 +15,15 @@ CHILD_STATUSES = ("pending", "done", "failed")
 ON_ERROR = ("pause", "reattempt", "cancel", "skip")
 ON_TIMEOUT = ("fail", "skip", "continue")
 ON_CHILD_FAILURE = ("fail", "ignore")
+#: What a step that started child workflow runs does when one of them is cancelled.
+ON_CHILD_RUN_FAILURE = ("fail", "continue")
 
 EVENTS = (
     "started", "step_scheduled", "step_started", "step_completed", "step_failed", "step_skipped",
     "step_reattempted", "paused", "resumed", "cancelled", "finished", "run_now", "rescheduled", "rerun",
     "stall_detected", "late_completion_ignored", "signal_received", "signal_claimed", "step_waiting",
-    "wait_timed_out", "fan_out_opened", "fan_out_finished",
+    "wait_timed_out", "fan_out_opened", "fan_out_finished", "children_started", "children_finished",
+    "definition_upgraded",
 )
 
 #: The audit events that start (the first) or end (the others) a stretch a run spent paused.

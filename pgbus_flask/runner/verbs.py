@@ -11,6 +11,7 @@ from .. import payload, states
 from ..db import Transaction
 from ..errors import ActionNotAllowed, InvalidInput, SubjectConflict
 from .allowed import ResumePlan, _check, resume_plan
+from .children import cancel_run
 from .rows import (
     RESCHEDULE_EARLIEST,
     RESCHEDULE_LATEST,
@@ -179,7 +180,5 @@ def rerun(engine: Engine, workflow_id: Any, step_name: str | None = None, *, act
 def cancel(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> None:
     check_who(actor, reason)
     with engine.db.transaction() as tx:
-        _run, latest, _klass = _check(engine, tx, "cancel", workflow_id)
-        _cancel_open_steps(tx.conn, workflow_id)
-        move_run(tx.conn, workflow_id, states.ONGOING, "cancelled", finished_at=_now(tx))
-        record_event(tx, workflow_id, "cancelled", actor, reason=reason, step=latest)
+        run, _latest, _klass = _check(engine, tx, "cancel", workflow_id)
+        cancel_run(engine, tx, run, actor=actor, reason=reason)
