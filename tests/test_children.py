@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from pgbus_flask import runner
+from pgbus_flask.engine import Engine
 from pgbus_flask.errors import DefinitionError
 from pgbus_flask.handle import Run
-from pgbus_flask.engine import Engine
 from pgbus_flask.sweep import sweep
 
 from .child_workflows import Fulfilment, FulfilmentTolerant, Mixed, OneChild, Shipment
