@@ -15,10 +15,8 @@ from .conftest import work
 
 
 def children_of(engine: Engine, parent_id: object) -> list[dict]:
-    with engine.db.connection() as conn:
-        return [dict(zip(("workflow_id", "workflow_class", "status", "parent_step_name"), r)) for r in conn.execute(
-            "SELECT workflow_id, workflow_class, status, parent_step_name FROM pgbus_workflows"
-            " WHERE parent_workflow_id = %s ORDER BY created_at, id", (parent_id,)).fetchall()]
+    """The parent's child runs, as the Python API lists them."""
+    return Run(engine, parent_id).children()
 
 
 def test_parent_waits_for_its_children_and_completes_with_their_outputs(engine: Engine) -> None:
@@ -40,6 +38,8 @@ def test_parent_waits_for_its_children_and_completes_with_their_outputs(engine: 
     assert started["details"]["total"] == 3 and started["details"]["classes"] == ["Shipment"]
     child = engine_run(engine, kids[0]["workflow_id"])
     assert child.events()[0]["details"]["parent"] == str(run.workflow_id)
+    assert (child.parent_id, child.parent_step, child.parent()) == (run.workflow_id, "ship_all", run)
+    assert run.parent() is None and child.children() == []
 
 
 def engine_run(engine: Engine, workflow_id: object) -> Run:
