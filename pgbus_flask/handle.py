@@ -147,7 +147,7 @@ class Run:
     @property
     def definition_outdated(self) -> bool:
         """True when the run started on a different step list or options than its class declares now."""
-        return self.klass is not None and self.klass.definition_digest != self.row["definition_digest"]
+        return runner.outdated(self.row, self.klass)
 
     @property
     def available_actions(self) -> list[str]:
@@ -319,6 +319,13 @@ class Run:
                session: Any = None) -> Run:
         with self._joined(session):
             runner.cancel(self.engine, self.workflow_id, actor=actor, reason=reason)
+            return self._done()
+
+    def upgrade(self, *, actor: str = "app", reason: str | None = None, session: Any = None) -> Run:
+        """Continue this run, started on an older definition of its class, on the current one
+        (see :attr:`definition_outdated`); refused when its current step no longer exists."""
+        with self._joined(session):
+            runner.upgrade(self.engine, self.workflow_id, actor=actor, reason=reason)
             return self._done()
 
     def signal(self, name: str, payload: Any = None, *, idempotency_key: str | None = None, actor: str = "app",

@@ -30,7 +30,7 @@ EVENTS = (
 PAUSE_EVENTS = ("paused", "resumed", "cancelled", "rerun", "step_skipped", "finished")
 
 #: Every outside verb, in the order the dashboard shows them.
-ACTIONS = ("resume", "resume_at", "run_now", "reschedule", "skip", "rerun", "pause", "cancel", "signal")
+ACTIONS = ("resume", "resume_at", "run_now", "reschedule", "skip", "rerun", "pause", "cancel", "signal", "upgrade")
 
 #: Which run statuses allow each verb (run_now also needs a future step).
 ALLOWED_FROM: dict[str, tuple[str, ...]] = {
@@ -43,13 +43,14 @@ ALLOWED_FROM: dict[str, tuple[str, ...]] = {
     "rerun": TERMINAL,
     "cancel": ONGOING,
     "signal": ONGOING,
+    "upgrade": ONGOING,  # and only when the run started on an older definition whose current step still exists
 }
 
 #: Verbs that need the workflow class importable here (its step list).
-CLASS_ACTIONS = ("resume", "resume_at", "rerun", "skip")
+CLASS_ACTIONS = ("resume", "resume_at", "rerun", "skip", "upgrade")
 
 #: What the resume plan can decide (see runner.resume_plan).
-RESUME_ACTIONS = ("retry", "continue", "finish", "keep_waiting", "run", "let_finish")
+RESUME_ACTIONS = ("retry", "continue", "finish", "keep_waiting", "run", "let_finish", "step_gone")
 
 STUCK_REASONS = ("stalled", "paused_error", "paused_manual", "overdue", "waiting_overdue")
 #: The stuck reasons of paused runs (no threshold: a paused run needs a person at once).

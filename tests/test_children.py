@@ -14,7 +14,7 @@ from .child_workflows import Fulfilment, FulfilmentTolerant, Mixed, OneChild, Sh
 from .conftest import work
 
 
-def children_of(engine: Engine, parent_id: object) -> list[dict]:
+def children_of(engine: Engine, parent_id: object) -> list[runner.Row]:
     """The parent's child runs, as the Python API lists them."""
     return Run(engine, parent_id).children()
 

@@ -28,7 +28,7 @@ verbs all come through here.
 
 from __future__ import annotations
 
-from .allowed import ResumePlan, available_actions, resume_plan
+from .allowed import ResumePlan, available_actions, outdated, resume_plan, step_gone
 from .attempt import Claim, claim_attempt, park_on_signal, record_outcome, run_attempt
 from .children import cancel_children, cancel_run, child_key, settle, sweep_children
 from .fanout import finish_batch, open_batch, record_child
@@ -59,7 +59,7 @@ from .rows import (
 from .scheduling import _send_after_commit, advance, next_send, resend_lost, resend_step, schedule_step, step_job_id
 from .signals import SignalResult, send_signal
 from .start import Started, start
-from .verbs import cancel, pause, rerun, reschedule, resume, resume_at, run_now, skip
+from .verbs import cancel, pause, rerun, reschedule, resume, resume_at, run_now, skip, upgrade
 
 __all__ = [
     "RESCHEDULE_EARLIEST",
@@ -96,6 +96,7 @@ __all__ = [
     "next_send",
     "on_run_ended",
     "open_batch",
+    "outdated",
     "park_on_signal",
     "pause",
     "record_child",
@@ -117,7 +118,9 @@ __all__ = [
     "skip",
     "spec_of",
     "start",
+    "step_gone",
     "step_job_id",
     "sweep_children",
+    "upgrade",
     "worker_name",
 ]

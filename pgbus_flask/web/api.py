@@ -111,6 +111,8 @@ class Api:
             "older_events": events.older,
             "signals": [_row(s) for s in run.signals()],
             "batches": [_row(b) for b in batches],
+            "parent": {"workflow_id": str(run.parent_id), "step": run.parent_step} if run.parent_id else None,
+            "children": [_row(c) for c in run.children()],
             "outputs": run.outputs(),
         })
 
