@@ -3,6 +3,9 @@ the dashboard and the JSON API (tests/test_mcp.py drives MCP)."""
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
+
 import pytest
 from flask import Flask
 
@@ -48,18 +51,17 @@ def test_the_dashboard_links_parent_and_children(app: Flask) -> None:
     assert "Waiting at ship_all for 2 child runs to end" in listed
 
 
-@ALICE
+@pytest.mark.settings(PGBUS_DASHBOARD_AUTH=lambda request: "alice", PGBUS_WAITING_THRESHOLD=timedelta(hours=1))
 def test_the_attention_view_shows_the_child_and_the_parent(app: Flask) -> None:
     run, kids = waiting_parent(app)
-    sql(app, "UPDATE pgbus_workflows SET attention_since = now() - interval '2 days' WHERE workflow_id = %s",
-        run.workflow_id)
-    engine = engine_of(app)
-    from pgbus_flask import queries
-
-    groups = {(g.workflow_class, g.reason) for g in queries.attention_groups(engine, None)}
-    assert ("Shipment", "paused_error") in groups
-    if engine.settings.waiting_threshold is not None:
-        assert ("Fulfilment", "waiting_overdue") in groups
+    # The parent has waited longer than the threshold (moved back instead of waiting).
+    sql(app, "UPDATE pgbus_workflow_steps SET waiting_since = now() - interval '2 hours'"
+             " WHERE workflow_id = %s AND status = 'waiting'", run.workflow_id)
+    page = app.test_client().get("/pgbus/attention").get_data(as_text=True)
+    groups = set(re.findall(r'data-testid="attention-group" data-class="([^"]+)" data-step="([^"]+)"'
+                            r' data-reason="([^"]+)"', page))
+    assert groups == {("Shipment", "ship", "paused_error"), ("Fulfilment", "ship_all", "waiting_overdue")}
+    assert sorted(k.status for k in kids) == ["finished", "paused"]
 
 
 def test_the_json_api_and_the_cli_show_the_family(app: Flask) -> None:
