@@ -158,3 +158,35 @@ def test_upgrade_from_the_dashboard(app: Flask) -> None:
                           data={"csrf_token": token, "confirmed": "1", "reason": "again"})
     assert refused.status_code == 409
     assert "Continue on the current definition is not possible now" in text_of(refused.get_data(as_text=True))
+
+
+@ALICE
+def test_verbs_through_the_json_api(app: Flask) -> None:
+    with app.app_context():
+        run = ThreeSteps.start(order_id=4)
+    outdated(app, run)
+    client = app.test_client()
+    view = client.get(f"/pgbus/api/runs/{run.workflow_id}").get_json()
+    assert view["definition_outdated"] and "upgrade" in view["available_actions"]
+    token = view["csrf_token"]
+    done = client.post(f"/pgbus/api/runs/{run.workflow_id}/actions/upgrade",
+                       data={"csrf_token": token, "reason": "checked"})
+    assert done.status_code == 200, done.get_json()
+    body = done.get_json()
+    assert body["definition_outdated"] is False and "upgrade" not in body["available_actions"]
+    assert Run(engine_of(app), run.workflow_id).events()[-1]["actor"] == "dashboard:alice"
+    again = client.post(f"/pgbus/api/runs/{run.workflow_id}/actions/upgrade", data={"csrf_token": token})
+    assert again.status_code == 409
+    assert "already runs on the current definition" in again.get_json()["error"]
+    assert "cancel" in again.get_json()["available_actions"]
+    bad = client.post(f"/pgbus/api/runs/{run.workflow_id}/actions/reschedule", data={"csrf_token": token,
+                                                                                    "at": "tomorrow"})
+    assert bad.status_code == 400 and "must be a datetime with a timezone" in bad.get_json()["error"]
+    nope = client.post(f"/pgbus/api/runs/{run.workflow_id}/actions/explode", data={"csrf_token": token})
+    assert nope.status_code == 404 and nope.get_json()["status"] == 404
+    forged = client.post(f"/pgbus/api/runs/{run.workflow_id}/actions/cancel", data={"reason": "no token"})
+    assert forged.status_code == 400
+    assert Run(engine_of(app), run.workflow_id).status == "ready"
+    cancelled = client.post(f"/pgbus/api/runs/{run.workflow_id}/actions/cancel",
+                            data={"csrf_token": token, "reason": "<script>x</script>"})
+    assert cancelled.status_code == 200 and cancelled.get_json()["run"]["status"] == "cancelled"
