@@ -8,7 +8,7 @@ for: a test moves the stored next tick back, as a downtime or a pause would leav
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -24,29 +24,9 @@ from pgbus_flask.schedules import TICKS_PER_SCHEDULE, start_due
 from pgbus_flask.sweep import sweep
 
 from .conftest import work
+from .schedule_helpers import Declare, _tick_step
 
 UTC = timezone.utc
-Declare = Callable[..., type[Workflow]]
-
-
-def _tick_step(self: Workflow) -> dict[str, Any]:
-    return {"tick": self.tick, "kwargs": {k: v for k, v in self.kwargs.items() if k != "tick"}}
-
-
-@pytest.fixture
-def declare() -> Iterator[Declare]:
-    """Declare a scheduled workflow class named ``name`` (one step returning its tick) for this test only."""
-    made: list[str] = []
-
-    def make(name: str, schedule: Any, **attrs: Any) -> type[Workflow]:
-        klass = type(name, (Workflow,), {"__qualname__": name, "schedule": schedule, **attrs,
-                                         "record": step(_tick_step)})
-        made.append(name)
-        return klass
-
-    yield make
-    for name in made:
-        REGISTRY.pop(name, None)
 
 
 def q(engine: Engine, query: str, *params: Any) -> list[tuple[Any, ...]]:
