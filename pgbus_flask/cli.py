@@ -1,4 +1,5 @@
-"""``flask pgbus ...``: migrate, sweep, read runs and act on them (actor ``cli:$USER``).
+"""``flask pgbus ...``: migrate, sweep, read runs and act on them, list, pause and resume schedules
+(actor ``cli:$USER``).
 
 A run is named by its id or a unique prefix of it (at least 4 hex digits). Bad
 input (a malformed value, an ambiguous prefix, anything pgbus refuses as
