@@ -53,11 +53,12 @@ def timing(s: Schedule | Mapping[str, Any]) -> Markup:
     if kind != "interval":
         return markup(ugettext("%(cron)s in %(timezone)s"), cron=code(text), timezone=bdi(zone))
     seconds = int(text)
-    for unit, words in ((86400, ("Every %(num)d day", "Every %(num)d days")),
-                        (3600, ("Every %(num)d hour", "Every %(num)d hours")),
-                        (60, ("Every %(num)d minute", "Every %(num)d minutes"))):
-        if seconds % unit == 0:
-            return escape(ngettext(words[0], words[1], seconds // unit))
+    if seconds % 86400 == 0:
+        return escape(ngettext("Every %(num)d day", "Every %(num)d days", seconds // 86400))
+    if seconds % 3600 == 0:
+        return escape(ngettext("Every %(num)d hour", "Every %(num)d hours", seconds // 3600))
+    if seconds % 60 == 0:
+        return escape(ngettext("Every %(num)d minute", "Every %(num)d minutes", seconds // 60))
     return escape(ngettext("Every %(num)d second", "Every %(num)d seconds", seconds))
 
 
@@ -104,9 +105,9 @@ def paused_line(s: Schedule, now: datetime) -> Markup | None:
     if s.paused_at is None:
         return None
     if s.paused_reason:
-        return markup(ugettext("Paused by %(actor)s %(time)s: %(reason)s"), actor=bdi(s.paused_by),
-                      time=time_tag(s.paused_at, now), reason=bdi(s.paused_reason))
-    return markup(ugettext("Paused by %(actor)s %(time)s"), actor=bdi(s.paused_by), time=time_tag(s.paused_at, now))
+        return markup(ugettext("Paused by %(actor)s %(ago)s: %(reason)s"), actor=bdi(s.paused_by),
+                      ago=time_tag(s.paused_at, now), reason=bdi(s.paused_reason))
+    return markup(ugettext("Paused by %(actor)s %(ago)s"), actor=bdi(s.paused_by), ago=time_tag(s.paused_at, now))
 
 
 def overview_items(engine: Engine, now: datetime) -> list[dict[str, Any]]:
