@@ -93,6 +93,18 @@ def test_the_overview_lists_schedules_and_the_forms_pause_and_resume(app: Flask,
     assert client.get("/pgbus/schedules/Nightly/actions/pause").status_code == 405
 
 
+def test_the_schedule_page_is_live_and_a_refresh_takes_no_notice(app: Flask, declare: Declare) -> None:
+    declare("Nightly", "0 2 * * *")
+    client = app.test_client()
+    token = csrf(client, "/pgbus/schedules/Nightly")
+    client.post("/pgbus/schedules/Nightly/actions/pause", data={"csrf_token": token, "confirmed": "1"})
+    regions = ["header", "warnings", "actions", "arguments", "audit"]
+    refresh = client.get("/pgbus/schedules/Nightly", headers={"X-Pgbus-Live": "1"}).get_data(as_text=True)
+    assert re.findall(r'data-live="([a-z]+)"', refresh) == regions and "Done: Pause schedule." not in refresh
+    page = client.get("/pgbus/schedules/Nightly").get_data(as_text=True)
+    assert '<body data-live-interval="5000">' in page and "Done: Pause schedule." in page
+
+
 @ALICE
 def test_the_json_api_reads_and_acts(app: Flask, declare: Declare) -> None:
     declare("Hourly", "@hourly", schedule_missed="all", schedule_kwargs={"report": "sales"})

@@ -96,7 +96,7 @@ class SchedulePages:
         try:
             done = verb(self.engine, workflow_class, g.pgbus_actor, inputs.text(request.form, "reason"))
         except ScheduleConflict as exc:
-            return api.reply({"error": str(exc), "status": 409, "schedule": found.to_json()}, 409)
+            return api.reply({"error": str(exc), "status": 409}, 409)
         except NOT_INPUT_ERRORS:
             raise
         except PgbusError as exc:
