@@ -1,4 +1,5 @@
-"""Read-only JSON endpoints under the dashboard prefix (``/api/...``): the same reads as the pages.
+"""JSON endpoints under the dashboard prefix (``/api/...``): the same reads as the pages (the
+schedules' reads and their pause/resume are in :mod:`pgbus_flask.web.schedule_pages`).
 
 They pass the same ``PGBUS_DASHBOARD_AUTH`` check; every error under ``/api``
 (a bad parameter, an unknown run, a path that names nothing, a wrong method)
