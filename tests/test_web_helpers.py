@@ -176,7 +176,7 @@ def test_every_state_has_a_label() -> None:
     assert set(helpers.ACTION_LABELS) == set(states.ACTIONS)
     assert set(helpers.BULK_ONE) == set(states.BULK_ACTIONS)
     assert set(helpers.BULK_BY_REASON) == set(states.STUCK_REASONS)
-    assert set(helpers.NEXT_MESSAGES) | {"waiting_batch"} == set(NEXT_KEYS)
+    assert set(helpers.NEXT_MESSAGES) | {"waiting_batch", "waiting_children"} == set(NEXT_KEYS)
 
 
 def test_dashboard_actions_are_the_available_ones_it_has_buttons_for() -> None:
@@ -213,6 +213,13 @@ def test_waiting_for_a_batch_sentence_links_the_batch(ctx: Flask) -> None:
     one = Presentation("waiting", "yellow", "waiting_batch",
                        {"step": "n", "batch": "n", "batch_id": 9, "done": 0, "total": 1, "failed": 0, "ago": NOW})
     assert text_of(helpers.next_sentence(one, NOW)) == "Waiting for batch n (0 of 1 job done)."
+
+
+def test_waiting_for_child_runs_says_how_many(ctx: Flask) -> None:
+    one = Presentation("waiting", "yellow", "waiting_children", {"step": "ship_all", "total": 1, "since": NOW})
+    many = Presentation("waiting", "yellow", "waiting_children", {"step": "ship_all", "total": 3, "since": NOW})
+    assert text_of(helpers.next_sentence(one, NOW)).startswith("Waiting at ship_all for 1 child run to end, for ")
+    assert text_of(helpers.next_sentence(many, NOW)).startswith("Waiting at ship_all for 3 child runs to end, for ")
 
 
 def test_every_next_key_renders(ctx: Flask) -> None:

@@ -102,6 +102,7 @@ EVENT_LABELS = {
 RESUME_LABELS = {
     "retry": N_("Retry %(step)s"), "continue": N_("Continue with %(step)s"), "finish": N_("Finish the run"),
     "keep_waiting": N_("Keep waiting at %(step)s"), "run": N_("Run %(step)s"), "let_finish": N_("Let %(step)s finish"),
+    "step_gone": N_("%(step)s no longer exists: resume at another step"),
 }
 
 #: The outside verbs the run page has a button for (signal has its own form;
