@@ -204,11 +204,13 @@ def test_read_tools_say_what_the_runs_are(app: Flask, pg_url: str, redis_url: st
                 break
         rows, _ = queries.list_runs(engine, queries.RunFilter(limit=10))
         assert seen == [str(r["workflow_id"]) for r in rows] == [str(r.workflow_id) for r in (waiting, done, failed)]
+        data, _ = await ok(client, "list_runs", {"limit": 2.0})  # a whole number sent as a float
+        assert [r["workflow_id"] for r in data["runs"]] == seen[:2]
         data, _ = await ok(client, "list_runs", {"subject": "Invoice 9"})
         assert [r["workflow_id"] for r in data["runs"]] == [str(failed.workflow_id)]
         data, _ = await ok(client, "list_runs", {"text": str(done.workflow_id)[:8]})
         assert [r["workflow_id"] for r in data["runs"]] == [str(done.workflow_id)]
-        data, _ = await ok(client, "list_runs", {"reason": "paused_error", "workflow_class": "FailsUntil"})
+        data, _ = await ok(client, "list_runs", {"stuck_reason": "paused_error", "workflow_class": "FailsUntil"})
         assert [r["workflow_id"] for r in data["runs"]] == [str(failed.workflow_id)]
 
         # one run, named by a prefix as the CLI names it

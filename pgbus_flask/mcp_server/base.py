@@ -85,11 +85,11 @@ REASON = {"type": "string", "enum": list(states.STUCK_REASONS)}
 ACTIONS = arr(STR)
 PLAN = {"type": ["object", "null"], "properties": {"action": {"enum": list(states.RESUME_ACTIONS)}, "step": NSTR},
         "required": ["action", "step"]}
-RUN_ROW: JSON = {"type": "object", "properties": {"workflow_id": STR, "workflow_class": STR, "status": STATUS,
-                                            "current_step": STR, "subject_type": NSTR, "subject_id": NSTR},
-           "required": ["workflow_id", "workflow_class", "status", "current_step"]}
-PRESENTATION = obj({"badge": STR, "tone": STR, "key": STR, "args": ROW, "sentence": STR,
-                     "attention": {"type": ["string", "null"]}})
+RUN_ROW: JSON = {"type": "object",
+                 "properties": {"workflow_id": STR, "workflow_class": STR, "status": STATUS, "current_step": STR,
+                                "subject_type": NSTR, "subject_id": NSTR},
+                 "required": ["workflow_id", "workflow_class", "status", "current_step"]}
+PRESENTATION = obj({"badge": STR, "tone": STR, "key": STR, "args": ROW, "sentence": STR, "attention": NSTR})
 #: An attention group as the group tools take it (``stuck_reason``: ``reason`` is the why of a write).
 GROUP_KEY: dict[str, JSON] = {
     "workflow_class": string("the group's workflow class"),

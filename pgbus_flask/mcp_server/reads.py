@@ -70,13 +70,14 @@ OVERVIEW_OUT = obj({
 
 
 def list_runs(call: Call, args: dict[str, Any]) -> Reply:
-    filters = {name: (args.get(name) or None) for name in ("workflow_class", "status", "step", "reason",
-                                                           "error_class", "subject", "text")}
+    filters = {name: args.get(name) or None for name in ("workflow_class", "status", "step", "error_class",
+                                                         "subject", "text")}
+    filters["reason"] = args.get("stuck_reason") or None
     if args.get("error_class") == "" and filters["reason"]:
-        filters["error_class"] = ""  # with a reason: the group without an error class
+        filters["error_class"] = ""  # with a stuck reason: the group without an error class
     data = api.runs_data(call.engine, call.pages, filters, args.get("before"), args.get("limit", RUNS_PAGE))
-    lines = [f"{runs_text(len(data['runs']))}" + (f"; older ones: call again with before={data['next_before']}"
-                                              if data["next_before"] is not None else "") + "."]
+    more = data["next_before"]
+    lines = [runs_text(len(data["runs"])) + (f"; older ones: call again with before={more}" if more else "") + "."]
     for run in data["runs"]:
         lines.append(f"{run['workflow_id']}  {shown(run['workflow_class'], 60)}  {run['status']}  "
                      f"at {shown(run['current_step'], 60)}: {shown(run['presentation']['sentence'])}")
@@ -84,9 +85,8 @@ def list_runs(call: Call, args: dict[str, Any]) -> Reply:
 
 
 LIST_RUNS_OUT = obj({
-    "runs": arr({**RUN_ROW, "properties": {**RUN_ROW["properties"], "latest_step": ROW,
-                                            "presentation": PRESENTATION},
-                  "required": [*RUN_ROW["required"], "latest_step", "presentation"]}),
+    "runs": arr({**RUN_ROW, "properties": {**RUN_ROW["properties"], "latest_step": ROW, "presentation": PRESENTATION},
+                 "required": [*RUN_ROW["required"], "latest_step", "presentation"]}),
     "next_before": {**NINT, "description": "pass as `before` for the next (older) page; null: no more"},
 })
 
@@ -127,11 +127,11 @@ SHOW_RUN_OUT = obj({
     "run": RUN_ROW, "presentation": PRESENTATION, "available_actions": ACTIONS, "resume_plan": PLAN,
     "definition_outdated": BOOL, "class_loaded": BOOL,
     "steps": arr(obj({"id": INT, "step_name": STR, "attempt": INT, "status": {"enum": list(states.STEP_STATUSES)},
-                        "error_class": NSTR, "error_message": NSTR, "backtrace": NSTR},
-                       ("id", "step_name", "attempt", "status"))),
+                      "error_class": NSTR, "error_message": NSTR, "backtrace": NSTR},
+                     ("id", "step_name", "attempt", "status"))),
     "older_steps": {**NINT, "description": "pass as `steps_before` for older attempts; null: none"},
     "events": arr(obj({"id": INT, "event": STR, "actor": STR, "reason": NSTR, "sentence": STR},
-                        ("id", "event", "actor", "sentence"))),
+                      ("id", "event", "actor", "sentence"))),
     "older_events": {**NINT, "description": "pass as `events_before` for older events; null: none"},
     "signals": arr(ROW), "batches": arr(ROW), "outputs": ROW,
 })
@@ -186,10 +186,10 @@ INSIGHTS_OUT = obj({
     "bucket_seconds": INT, "started": INT, "finished": INT, "cancelled": INT, "failed": INT,
     "funnel": obj({"started": INT, "finished": INT, "cancelled": INT}),
     "steps": arr(obj({"step": STR, "now_by_status": ROW, "reached": INT, "completed_attempts": INT,
-                        "failed_attempts": INT, "p50_ms": nullable("number"), "p95_ms": nullable("number"),
-                        "max_ms": nullable("number"), "queue_p50_ms": nullable("number"),
-                        "queue_p95_ms": nullable("number"), "stopped_here": INT,
-                        "errors": arr(obj({"error_class": STR, "count": INT}))})),
+                      "failed_attempts": INT, "p50_ms": nullable("number"), "p95_ms": nullable("number"),
+                      "max_ms": nullable("number"), "queue_p50_ms": nullable("number"),
+                      "queue_p95_ms": nullable("number"), "stopped_here": INT,
+                      "errors": arr(obj({"error_class": STR, "count": INT}))})),
     "buckets": arr(obj({"start": STR, "started": INT, "finished": INT, "failed": INT})),
     "errors": arr(obj({"step": STR, "error_class": STR, "count": INT})),
 })
@@ -198,8 +198,8 @@ FILTER_PARAMS: dict[str, JSON] = {
     "workflow_class": string("only runs of this workflow class (exact name)"),
     "status": {**STATUS, "description": "only runs in this status"},
     "step": string("only runs whose current step is this one"),
-    "reason": {**REASON, "description": "only runs stuck for this reason (see the stuck reasons above)"},
-    "error_class": string("with `reason`: only the attention group with this error class (\"\" for none)"),
+    "stuck_reason": {**REASON, "description": "only runs stuck for this reason (see the stuck reasons below)"},
+    "error_class": string("with `stuck_reason`: only the attention group with this error class (\"\" for none)"),
     "subject": string("only runs of this subject: its type (\"Order\") or type and id (\"Order 1042\")"),
     "text": string("a run id or its start, a subject id, or a piece of \"type id\" (case-insensitive)"),
 }
@@ -212,7 +212,7 @@ READ_TOOLS: tuple[Tool, ...] = (
     Tool("list_runs", "Find runs, newest first, with the dashboard's filters (all optional, combined with AND). "
          "Each run comes with its latest step and a sentence saying what happens next. Pages: when `next_before` "
          "is not null, call again with `before` set to it for older runs (the same keyset cursor as the "
-         "dashboard and the JSON API). " + STATUSES,
+         "dashboard and the JSON API). " + STATUSES + " " + REASONS,
          {**FILTER_PARAMS,
           "before": {**CURSOR, "description": "the cursor a previous call returned as next_before"},
           "limit": {"type": "integer", "minimum": 1, "maximum": queries.MAX_LIMIT, "default": RUNS_PAGE,

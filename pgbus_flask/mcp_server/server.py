@@ -113,14 +113,18 @@ class McpServer:
         problem = _check_arguments(tool, args)
         if problem is not None:
             return refusal(error_text(problem))
+        # JSON Schema counts 20.0 as an integer: the tools get it as one.
+        whole = {k: int(v) if isinstance(v, float) and tool.params[k].get("type") == "integer" else v
+                 for k, v in args.items()}
         actor = client_actor(_client_name(ctx))
-        return await anyio.to_thread.run_sync(self.answer, tool, dict(args), actor)
+        return await anyio.to_thread.run_sync(self.answer, tool, whole, actor)
 
     def answer(self, tool: Tool, args: dict[str, Any], actor: str) -> types.CallToolResult:
         """Run ``tool`` (in a worker thread, in an app context): its result, or its refusal."""
         try:
             with self.app.app_context():
                 data, text = tool.answer(Call(self.engine, self.pages, actor), args)
+            structured = _sendable(api.jsonable(data))
         except PgbusError as exc:
             return refusal(error_text(exc))
         except psycopg.Error as exc:
@@ -135,7 +139,7 @@ class McpServer:
             return refusal(f"{tool.name} failed with an unexpected {type(exc).__name__}; the server's log has "
                            "the details.")
         return types.CallToolResult(content=[types.TextContent(type="text", text=_sendable(text))],
-                                    structured_content=_sendable(api.jsonable(data)), is_error=False)
+                                    structured_content=structured, is_error=False)
 
     # -- transports -------------------------------------------------------------------------------
 

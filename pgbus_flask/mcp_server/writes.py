@@ -67,6 +67,8 @@ class Verb:
     def tool(self) -> Tool:
         allowed = states.ALLOWED_FROM.get(self.action)
         where = f" Allowed when the run is {', '.join(allowed)}." if allowed else ""
+        if self.action in states.CLASS_ACTIONS:
+            where += " It needs the run's workflow class importable by this server (show_run's class_loaded)."
         return Tool(self.action, f"{self.what}{where} {WRITE_NOTE}",
                     {"workflow_id": string(RUN_ID), **self.params, "reason": REASON_PARAM},
                     ("workflow_id", *self.required, "reason"), VERB_OUT, partial(act, self), write=True,
@@ -80,7 +82,8 @@ VERBS: tuple[Verb, ...] = (
          "the next, keep waiting, or finish the run."),
     Verb("resume_at", "Cancel the run's open step and run `step` fresh (a new attempt), then go on from there.",
          {"step": string("the step to run next (a step of the run's class)")}, ("step",)),
-    Verb("run_now", "Send a ready run's future step now instead of at its scheduled time."),
+    Verb("run_now", "Send a ready run's future step now instead of at its scheduled time (refused when its step "
+         "is already due)."),
     Verb("reschedule", "Move a ready run's scheduled step to another time.",
          {"at": string("when: ISO 8601 with a timezone, as 2030-01-01T09:00:00+00:00", format="date-time")},
          ("at",), convert=_reschedule_at),
@@ -131,7 +134,7 @@ def send_signal(call: Call, args: dict[str, Any]) -> Reply:
 
 
 SIGNAL_OUT = obj({"signal": obj({"id": INT, "name": STR, "payload": ANY, "status": STR, "idempotency_key": NSTR,
-                                   "created_at": STR, "duplicate_delivery": BOOL}), **AFTER})
+                                 "created_at": STR, "duplicate_delivery": BOOL}), **AFTER})
 
 
 def bulk(call: Call, args: dict[str, Any]) -> Reply:
@@ -150,8 +153,8 @@ def bulk(call: Call, args: dict[str, Any]) -> Reply:
 
 
 BULK_OUT = obj({"action": STR, "group": obj(GROUP_KEY), "moved": INT, "refused": INT,
-                 "errors": {"type": "object", "additionalProperties": STR,
-                            "description": "run id -> why that run was refused"}})
+                "errors": {"type": "object", "additionalProperties": STR,
+                           "description": "run id -> why that run was refused"}})
 
 
 def write_tools() -> tuple[Tool, ...]:
