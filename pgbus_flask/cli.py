@@ -186,7 +186,15 @@ def show_cmd(workflow_id: str) -> None:
     if plan:
         _echo(f"  resume will: {plan.action} {plan.step or ''}".rstrip())
     if run.definition_outdated:
-        click.echo("  started on an older definition of its class")
+        click.echo("  started on an older definition of its class (upgrade, resume-at or cancel it)")
+    if run.parent_id:
+        _echo(f"  parent: {run.parent_id} (step {run.parent_step})")
+    children = run.children()
+    if children:
+        click.echo("  child runs:")
+        for c in children:
+            _echo(f"    {c['workflow_id']}  {c['workflow_class']}  {c['status']} at {c['current_step']}"
+                  f"  (started by {c['parent_step_name']})")
     click.echo("  steps:")
     for s in run.steps():
         error = f"  {s['error_class']}: {s['error_message']}" if s["error_class"] else ""
@@ -252,6 +260,7 @@ _verb("skip", "Skip the current step.")
 _verb("rerun", "Run a finished or cancelled run again, from its first step or --step.",
       [click.option("--step", default=None)])
 _verb("cancel", "Cancel a run.")
+_verb("upgrade", "Continue a run that started on an older definition of its class on the current one.")
 
 
 @pgbus_cli.command("signal")

@@ -41,6 +41,7 @@ class StepSpec:
     wait_timeout: timedelta | None = None
     on_timeout: str = "fail"
     transactional: bool = False
+    on_child_failure: str = "fail"
 
     def describe(self) -> dict[str, Any]:
         """The options that make up the definition digest."""
@@ -59,6 +60,7 @@ class StepSpec:
             "on_timeout": self.on_timeout,
             # Only when set, so that classes declared before the option keep their digest.
             **({"transactional": True} if self.transactional else {}),
+            **({"on_child_failure": self.on_child_failure} if self.on_child_failure != "fail" else {}),
         }
 
     def backoff_seconds(self, reattempt: int) -> float:
@@ -119,6 +121,10 @@ class _StepMarker:
             raise DefinitionError(f"step {name}: transactional must be True or False, got {transactional!r}")
         if transactional and wait_for is not None:
             raise DefinitionError(f"step {name}: a transactional step cannot wait_for a signal")
+        on_child_failure = opts.get("on_child_failure", "fail")
+        if on_child_failure not in states.ON_CHILD_RUN_FAILURE:
+            raise DefinitionError(f"step {name}: on_child_failure must be one of {states.ON_CHILD_RUN_FAILURE}, "
+                                  f"got {on_child_failure!r}")
         backoff = opts.get("backoff", 10.0)
         if not (callable(backoff) or isinstance(backoff, (int, float, timedelta))) or isinstance(backoff, bool):
             raise DefinitionError(f"step {name}: backoff must be seconds, a timedelta or a callable")
@@ -135,12 +141,13 @@ class _StepMarker:
             wait_timeout=_duration(f"step {name}: wait_timeout", opts.get("wait_timeout")),
             on_timeout=on_timeout,
             transactional=transactional,
+            on_child_failure=on_child_failure,
         )
 
 
 _STEP_OPTIONS = frozenset(
     ("queue", "priority", "timeout", "on_error", "max_reattempts", "backoff", "wait_for", "wait_timeout", "on_timeout",
-     "transactional")
+     "transactional", "on_child_failure")
 )
 
 
@@ -161,7 +168,9 @@ def step(func: Callable[..., Any] | None = None, **options: Any) -> Any:
     name), ``wait_timeout`` and ``on_timeout`` (``"fail"``, ``"skip"``,
     ``"continue"``), ``transactional`` (the step's code runs inside the transaction
     that records its outcome and gets it as ``self.conn``: its writes commit exactly
-    when the step completes).
+    when the step completes), ``on_child_failure`` (for a step that returns
+    ``self.start_child(...)``: ``"fail"``, the step fails when a child run is cancelled,
+    or ``"continue"``, it completes with the cancelled ones marked).
     """
     unknown = set(options) - _STEP_OPTIONS
     if unknown:
@@ -188,6 +197,30 @@ class FanOut:
     func: str
     args: tuple[tuple[Any, ...], ...]
     on_child_failure: str = "fail"
+
+
+@dataclass(frozen=True)
+class ChildStart:
+    """What ``self.start_child(...)`` returns: a child run to start when the step's outcome is
+    recorded (a step returns one, or a list of them), and to wait for."""
+
+    klass: type[Workflow]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    subject: tuple[str, Any] | None = None
+
+
+def child_starts(result: Any) -> list[ChildStart] | None:
+    """The child runs a step's return value asks for (a ChildStart or a non-empty list of them),
+    else None. A list that mixes them with other values is a mistake, said so."""
+    if isinstance(result, ChildStart):
+        return [result]
+    if isinstance(result, (list, tuple)) and result and any(isinstance(r, ChildStart) for r in result):
+        if not all(isinstance(r, ChildStart) for r in result):
+            raise DefinitionError("a step returned a list that mixes start_child(...) with other values; "
+                                  "return only start_child(...) results, or none")
+        return list(result)
+    return None
 
 
 class PauseRequested(Exception):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from .messages import Coded
 
@@ -159,6 +160,15 @@ class ChildJobFailed(Coded, PgbusError):
             text = self._coded("children_failed", failed=failed, total=total, position=first[0],
                                error_class=first[1], error=first[2])
         super().__init__(text)
+
+
+class ChildRunsCancelled(Coded, PgbusError):
+    """A child workflow run was cancelled, and the step that started it fails with it
+    (``on_child_failure="fail"``)."""
+
+    def __init__(self, cancelled: int, total: int, first: tuple[str, Any]) -> None:
+        super().__init__(self._coded("child_runs_cancelled", cancelled=cancelled, total=total, workflow=first[0],
+                                     run=str(first[1])))
 
 
 class ChildLost(Coded, PgbusError):

@@ -122,13 +122,32 @@ class Run:
         return payload.from_json(self.row["arguments"])  # type: ignore[no-any-return]
 
     @property
+    def parent_id(self) -> Any:
+        """The id of the run whose step started this one (``start_child``), or None."""
+        return self.row.get("parent_workflow_id")
+
+    @property
+    def parent_step(self) -> str | None:
+        """The parent's step that started this run and waits for it, or None."""
+        return self.row.get("parent_step_name")
+
+    def parent(self) -> Run | None:
+        """The parent run (None for a run no step started, or whose parent was deleted since)."""
+        if self.parent_id is None:
+            return None
+        try:
+            return Run(self.engine, self.parent_id)
+        except WorkflowNotFound:
+            return None
+
+    @property
     def class_loaded(self) -> bool:
         return self.klass is not None
 
     @property
     def definition_outdated(self) -> bool:
         """True when the run started on a different step list or options than its class declares now."""
-        return self.klass is not None and self.klass.definition_digest != self.row["definition_digest"]
+        return runner.outdated(self.row, self.klass)
 
     @property
     def available_actions(self) -> list[str]:
@@ -218,6 +237,21 @@ class Run:
     def batches(self) -> list[Row]:
         return self._rows("SELECT * FROM pgbus_batches WHERE workflow_id = %s ORDER BY id")
 
+    def children(self) -> list[Row]:
+        """The child runs its steps started (``start_child``), in the order they were started:
+        ``workflow_id``, ``workflow_class``, ``status``, ``current_step``, ``parent_step_name``,
+        ``created_at``, ``finished_at``, ``attention_reason``."""
+        ids = list(dict.fromkeys(i for row in self._rows(
+            "SELECT child_ids FROM pgbus_workflow_steps WHERE workflow_id = %s AND child_ids IS NOT NULL ORDER BY id"
+        ) for i in row["child_ids"]))
+        if not ids:
+            return []
+        with self.engine.db.reading() as conn:
+            rows = {r["workflow_id"]: r for r in runner._q(
+                conn, "SELECT workflow_id, workflow_class, status, current_step, parent_step_name, created_at,"
+                      " finished_at, attention_reason FROM pgbus_workflows WHERE workflow_id = ANY(%s)", (ids,))}
+        return [rows[i] for i in ids if i in rows]
+
     def outputs(self) -> dict[str, Any]:
         """``{step_name: output}`` of each step's latest completed attempt."""
         with self.engine.db.reading() as conn:
@@ -285,6 +319,13 @@ class Run:
                session: Any = None) -> Run:
         with self._joined(session):
             runner.cancel(self.engine, self.workflow_id, actor=actor, reason=reason)
+            return self._done()
+
+    def upgrade(self, *, actor: str = "app", reason: str | None = None, session: Any = None) -> Run:
+        """Continue this run, started on an older definition of its class, on the current one
+        (see :attr:`definition_outdated`); refused when its current step no longer exists."""
+        with self._joined(session):
+            runner.upgrade(self.engine, self.workflow_id, actor=actor, reason=reason)
             return self._done()
 
     def signal(self, name: str, payload: Any = None, *, idempotency_key: str | None = None, actor: str = "app",

@@ -33,6 +33,7 @@ ENGLISH: dict[str, str] = {
     "unknown_step": "%(workflow)s has no step %(step)r",
     "unknown_step_known": "%(workflow)s has no step %(step)r (steps: %(known)s)",
     "reattempt_requested": "reattempt requested by the step",
+    "child_runs_cancelled": "%(cancelled)s of %(total)s child runs were cancelled; first: %(workflow)s %(run)s",
 }
 
 

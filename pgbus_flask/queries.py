@@ -465,7 +465,7 @@ def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
                s.stall_at AS step_stall_at, s.enqueued_at AS step_enqueued_at, s.error_class AS step_error_class,
                s.error_message AS step_error_message, s.waiting_since AS step_waiting_since,
                s.timeout_at AS step_timeout_at, s.batch_id AS step_batch_id, s.outcome AS step_outcome,
-               s.finished_at AS step_finished_at,
+               s.finished_at AS step_finished_at, cardinality(s.child_ids) AS step_children,
                b.done AS batch_done, b.failed AS batch_failed, b.total AS batch_total
         FROM pgbus_workflows w
         LEFT JOIN LATERAL (SELECT * FROM pgbus_workflow_steps WHERE workflow_id = w.workflow_id

@@ -15,19 +15,22 @@ CHILD_STATUSES = ("pending", "done", "failed")
 ON_ERROR = ("pause", "reattempt", "cancel", "skip")
 ON_TIMEOUT = ("fail", "skip", "continue")
 ON_CHILD_FAILURE = ("fail", "ignore")
+#: What a step that started child workflow runs does when one of them is cancelled.
+ON_CHILD_RUN_FAILURE = ("fail", "continue")
 
 EVENTS = (
     "started", "step_scheduled", "step_started", "step_completed", "step_failed", "step_skipped",
     "step_reattempted", "paused", "resumed", "cancelled", "finished", "run_now", "rescheduled", "rerun",
     "stall_detected", "late_completion_ignored", "signal_received", "signal_claimed", "step_waiting",
-    "wait_timed_out", "fan_out_opened", "fan_out_finished",
+    "wait_timed_out", "fan_out_opened", "fan_out_finished", "children_started", "children_finished",
+    "definition_upgraded",
 )
 
 #: The audit events that start (the first) or end (the others) a stretch a run spent paused.
 PAUSE_EVENTS = ("paused", "resumed", "cancelled", "rerun", "step_skipped", "finished")
 
 #: Every outside verb, in the order the dashboard shows them.
-ACTIONS = ("resume", "resume_at", "run_now", "reschedule", "skip", "rerun", "pause", "cancel", "signal")
+ACTIONS = ("resume", "resume_at", "run_now", "reschedule", "skip", "rerun", "pause", "cancel", "signal", "upgrade")
 
 #: Which run statuses allow each verb (run_now also needs a future step).
 ALLOWED_FROM: dict[str, tuple[str, ...]] = {
@@ -40,13 +43,14 @@ ALLOWED_FROM: dict[str, tuple[str, ...]] = {
     "rerun": TERMINAL,
     "cancel": ONGOING,
     "signal": ONGOING,
+    "upgrade": ONGOING,  # and only when the run started on an older definition whose current step still exists
 }
 
 #: Verbs that need the workflow class importable here (its step list).
-CLASS_ACTIONS = ("resume", "resume_at", "rerun", "skip")
+CLASS_ACTIONS = ("resume", "resume_at", "rerun", "skip", "upgrade")
 
 #: What the resume plan can decide (see runner.resume_plan).
-RESUME_ACTIONS = ("retry", "continue", "finish", "keep_waiting", "run", "let_finish")
+RESUME_ACTIONS = ("retry", "continue", "finish", "keep_waiting", "run", "let_finish", "step_gone")
 
 STUCK_REASONS = ("stalled", "paused_error", "paused_manual", "overdue", "waiting_overdue")
 #: The stuck reasons of paused runs (no threshold: a paused run needs a person at once).

@@ -83,6 +83,8 @@ class SweepReport:
     wait_timeouts: int = 0
     children_failed: int = 0
     children_resent: int = 0
+    child_runs_cancelled: int = 0
+    child_waits_settled: int = 0
     deleted_runs: int = 0
     counts_folded: int = 0
     insights_folded: int = 0
@@ -90,7 +92,7 @@ class SweepReport:
 
     def total(self) -> int:
         return (self.stalled + self.resent + self.wait_timeouts + self.children_failed + self.children_resent
-                + self.deleted_runs)
+                + self.child_runs_cancelled + self.child_waits_settled + self.deleted_runs)
 
 
 def sweep(engine: Engine) -> SweepReport:
@@ -102,8 +104,8 @@ def sweep(engine: Engine) -> SweepReport:
         try:
             began = time.perf_counter()
             report = SweepReport()
-            for part in (_stalled, _overdue, _expired_waits, _lost_children, _retention, _fold_counts,
-                         _fold_insights):
+            for part in (_stalled, _overdue, _expired_waits, _lost_children, _child_runs, _retention,
+                         _fold_counts, _fold_insights):
                 try:
                     part(engine, report)
                 except Exception as exc:  # one part failing must not stop the others
@@ -238,6 +240,15 @@ def _lost_children(engine: Engine, report: SweepReport) -> None:
                 report.children_resent += 1
     for (batch_id, queue), children in resend.items():
         engine.send_children(batch_id, queue, children)
+
+
+def _child_runs(engine: Engine, report: SweepReport) -> None:
+    """Child workflow runs a dead process left behind: ongoing children of a cancelled parent,
+    and steps still waiting on children that all ended (see runner.children)."""
+    cancelled, settled = runner.sweep_children(engine, older_than=engine.settings.stall_threshold.total_seconds(),
+                                               limit=BATCH)
+    report.child_runs_cancelled += cancelled
+    report.child_waits_settled += settled
 
 
 def _retention(engine: Engine, report: SweepReport) -> None:

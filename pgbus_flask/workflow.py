@@ -14,10 +14,11 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from . import orm, runner, states
+from . import orm, payload, runner, states
 from .definition import (  # noqa: F401  (re-exported: the public names of declaring a workflow)
     REGISTRY,
     Backoff,
+    ChildStart,
     FanOut,
     PauseRequested,
     ReattemptRequested,
@@ -202,3 +203,21 @@ class Workflow:
         if not children:
             raise DefinitionError("fan_out needs at least one argument tuple")
         return FanOut(path, children, on_child_failure)
+
+    def start_child(self, workflow: type[Workflow], *args: Any, subject: tuple[str, Any] | None = None,
+                    **kwargs: Any) -> ChildStart:
+        """Return this (or a list of them) from a step to start ``workflow(*args, **kwargs)`` as a
+        child run when the step's outcome is recorded, in the same transaction.
+
+        The step then waits (status ``waiting``) until every child run has finished or been
+        cancelled, and completes with ``{"outputs": [...], "finished": n, "cancelled": n,
+        "total": n, "workflow_ids": [...]}`` (a child's output is the output of its last completed
+        step), or fails when a child was cancelled and the step's ``on_child_failure`` is
+        ``"fail"`` (the default). Cancelling this run cancels its ongoing children. A step
+        attempted again (redelivered, reattempted, resumed) finds the children it started
+        before instead of starting new ones; ``rerun`` and ``resume_at`` start a new set.
+        """
+        if not (isinstance(workflow, type) and issubclass(workflow, Workflow) and workflow.steps):
+            raise DefinitionError(f"start_child needs a workflow class with steps, got {workflow!r:.100}")
+        payload.to_json({"args": list(args), "kwargs": dict(kwargs)}, what="start_child arguments")
+        return ChildStart(workflow, tuple(args), dict(kwargs), subject)

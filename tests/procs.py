@@ -22,7 +22,7 @@ from rq import Worker
 from pgbus_flask.testing import wait_until
 
 ROOT = str(Path(__file__).resolve().parent.parent)
-IMPORTS = "tests.proc_workflows,tests.workflows"
+IMPORTS = "tests.proc_workflows,tests.workflows,tests.child_workflows"
 
 
 def worker_env(pg_url: str, redis_url: str, **extra: str) -> dict[str, str]:

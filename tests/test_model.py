@@ -582,6 +582,8 @@ class EngineModel(RuleBasedStateMachine):
             assert run.status == "paused"
         elif verb == "cancel":
             assert run.status == "cancelled"
+        elif verb == "upgrade":
+            assert not run.definition_outdated
         elif verb in ("resume_at", "rerun"):
             klass = klass_of(run.workflow_class)
             step = params["step_name"] or klass.steps[0].name
@@ -620,6 +622,7 @@ class EngineModel(RuleBasedStateMachine):
             "rerun": lambda: runner.rerun(engine, wid),
             "cancel": lambda: runner.cancel(engine, wid),
             "signal": lambda: runner.send_signal(engine, wid, "probe"),
+            "upgrade": lambda: runner.upgrade(engine, wid),
         }
         passed = []
         for verb in states.ACTIONS:

@@ -116,6 +116,13 @@ def show_run(call: Call, args: dict[str, Any]) -> Reply:
                      f"{shown(last['error_class'], 80)}: {shown(last['error_message'] or '')}")
     if data["definition_outdated"]:
         lines.append("It started on an older definition of its class (the class's steps or options changed since).")
+    if data.get("parent"):
+        lines.append(f"Started by run {data['parent']['workflow_id']} at its step "
+                     f"{shown(data['parent']['step'] or '', 80)}.")
+    if data.get("children"):
+        states_of = ", ".join(f"{c['workflow_id']} {c['status']}" for c in data["children"][:10])
+        lines.append(f"Child runs ({len(data['children'])}): {states_of}" + (" …" if len(data["children"]) > 10
+                                                                            else ""))
     if not data["class_loaded"]:
         lines.append("Its class is not importable here: resume, resume_at, rerun and skip are refused.")
     lines.append(f"{len(data['steps'])} attempts, {len(data['events'])} audit events, {len(data['signals'])} "
@@ -134,7 +141,10 @@ SHOW_RUN_OUT = obj({
                       ("id", "event", "actor", "sentence"))),
     "older_events": {**NINT, "description": "pass as `events_before` for older events; null: none"},
     "signals": arr(ROW), "batches": arr(ROW), "outputs": ROW,
-})
+    "parent": {"type": ["object", "null"], "properties": {"workflow_id": STR, "step": NSTR}},
+    "children": arr(RUN_ROW),
+}, ("run", "presentation", "available_actions", "resume_plan", "definition_outdated", "class_loaded", "steps",
+    "older_steps", "events", "older_events", "signals", "batches", "outputs"))
 
 
 def attention_groups(call: Call, args: dict[str, Any]) -> Reply:
@@ -223,7 +233,8 @@ READ_TOOLS: tuple[Tool, ...] = (
          "(resume_plan: retry the failed step, continue with the next, keep waiting, finish), whether it started "
          "on an older definition of its class, its attempts with errors and backtraces (the newest 25; older "
          "with steps_before), its audit trail (who did what and why; the newest 25, older with events_before), "
-         "its signals, fan-out batches and step outputs. Use it before acting on a run.",
+         "its signals, fan-out batches, the run that started it (parent) and the child runs it started, and its "
+         "step outputs. Use it before acting on a run.",
          {"workflow_id": string(RUN_ID),
           "steps_before": {**CURSOR, "description": "older_steps of a previous call: the attempts before it"},
           "events_before": {**CURSOR, "description": "older_events of a previous call: the events before it"},

@@ -14,6 +14,8 @@ One module per concern, lowest first (each imports only those above it):
   after-commit enqueue (the only place a step job is sent);
 - ``policy``: what a failed attempt does next (reattempt, pause, cancel, skip);
 - ``fanout``: a step's batch of child jobs;
+- ``children``: a step's child workflow runs (started with its outcome, waited on, settled
+  when the last one ends);
 - ``inline``: inline continuation (a step job claiming and running the next step);
 - ``attempt``: a step attempt (claim, the step's code, its outcome);
 - ``start``: a new run; ``signals``: sending and delivering signals;
@@ -26,8 +28,9 @@ verbs all come through here.
 
 from __future__ import annotations
 
-from .allowed import ResumePlan, available_actions, resume_plan
+from .allowed import ResumePlan, available_actions, outdated, resume_plan, step_gone
 from .attempt import Claim, claim_attempt, park_on_signal, record_outcome, run_attempt
+from .children import cancel_children, cancel_run, child_key, settle, sweep_children
 from .fanout import finish_batch, open_batch, record_child
 from .inline import Budget, Continued
 from .policy import fail_attempt
@@ -47,22 +50,77 @@ from .rows import (
     lock_run,
     move_run,
     move_step,
+    on_run_ended,
     record_event,
+    run_ended,
     spec_of,
     worker_name,
 )
 from .scheduling import _send_after_commit, advance, next_send, resend_lost, resend_step, schedule_step, step_job_id
 from .signals import SignalResult, send_signal
 from .start import Started, start
-from .verbs import cancel, pause, rerun, reschedule, resume, resume_at, run_now, skip
+from .verbs import cancel, pause, rerun, reschedule, resume, resume_at, run_now, skip, upgrade
 
 __all__ = [
-    "RESCHEDULE_EARLIEST", "RESCHEDULE_LATEST", "Budget", "Claim", "Continued", "ResumePlan", "Row",
-    "SignalResult", "Started",
-    "_now", "_q", "_send_after_commit", "advance", "available_actions", "cancel", "cap", "check_who",
-    "claim_attempt", "completed_outputs", "error_columns", "error_name", "fail_attempt", "finish_batch", "latest_step",
-    "load_class", "lock_run", "move_run", "move_step", "next_send", "open_batch", "park_on_signal", "pause",
-    "record_child", "record_event", "record_outcome", "rerun", "reschedule", "resend_lost", "resend_step", "resume",
-    "resume_at", "resume_plan", "run_attempt", "run_now", "schedule_step", "send_signal", "skip", "spec_of", "start",
-    "step_job_id", "worker_name",
+    "RESCHEDULE_EARLIEST",
+    "RESCHEDULE_LATEST",
+    "Budget",
+    "Claim",
+    "Continued",
+    "ResumePlan",
+    "Row",
+    "SignalResult",
+    "Started",
+    "_now",
+    "_q",
+    "_send_after_commit",
+    "advance",
+    "available_actions",
+    "cancel",
+    "cancel_children",
+    "cancel_run",
+    "cap",
+    "check_who",
+    "child_key",
+    "claim_attempt",
+    "completed_outputs",
+    "error_columns",
+    "error_name",
+    "fail_attempt",
+    "finish_batch",
+    "latest_step",
+    "load_class",
+    "lock_run",
+    "move_run",
+    "move_step",
+    "next_send",
+    "on_run_ended",
+    "open_batch",
+    "outdated",
+    "park_on_signal",
+    "pause",
+    "record_child",
+    "record_event",
+    "record_outcome",
+    "rerun",
+    "reschedule",
+    "resend_lost",
+    "resend_step",
+    "resume",
+    "resume_at",
+    "resume_plan",
+    "run_attempt",
+    "run_ended",
+    "run_now",
+    "schedule_step",
+    "send_signal",
+    "settle",
+    "skip",
+    "spec_of",
+    "start",
+    "step_gone",
+    "step_job_id",
+    "sweep_children",
+    "upgrade",
+    "worker_name",
 ]

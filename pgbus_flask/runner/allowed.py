@@ -31,6 +31,8 @@ def resume_plan(run: Row, latest: Row | None, klass: type[Workflow] | None) -> R
     if latest is None:
         return ResumePlan("run", run["current_step"])
     status, name = latest["status"], latest["step_name"]
+    if klass is not None and step_gone(klass, name):
+        return ResumePlan("step_gone", name)  # resume refused: resume at a step the class has now
     if status in ("failed", "cancelled"):
         return ResumePlan("retry", name)
     if status in ("completed", "skipped"):
@@ -48,9 +50,25 @@ def resume_plan(run: Row, latest: Row | None, klass: type[Workflow] | None) -> R
     return ResumePlan("run", name)
 
 
+def step_gone(klass: type[Workflow], name: str) -> bool:
+    """True when the class (as declared now) no longer has the step ``name``."""
+    return all(spec.name != name for spec in klass.steps)
+
+
+def outdated(run: Row, klass: type[Workflow] | None) -> bool:
+    """True when the run started on a different definition than its class declares now."""
+    return klass is not None and klass.definition_digest != run["definition_digest"]
+
+
 def available_actions(run: Row, latest: Row | None, klass: type[Workflow] | None, now: datetime) -> list[str]:
     """Exactly the verbs allowed on this run now (``klass`` is None when it cannot be imported here)."""
     actions = [a for a in states.ACTIONS if run["status"] in states.ALLOWED_FROM[a]]
+    current = latest["step_name"] if latest is not None else run["current_step"]
+    gone = klass is not None and step_gone(klass, current)
+    if "upgrade" in actions and (not outdated(run, klass) or gone):
+        actions.remove("upgrade")
+    if gone:  # resume and skip would act on a step the class no longer has: resume_at or cancel
+        actions = [a for a in actions if a not in ("resume", "skip")]
     if "skip" in actions and klass is not None and _nothing_left_to_skip(run, latest, klass):
         actions.remove("skip")
     if "run_now" in actions and not (latest and latest["status"] == "scheduled" and latest["scheduled_at"] > now):
@@ -86,5 +104,15 @@ def _check(engine: Engine, tx: Transaction, action: str, workflow_id: Any) -> tu
             detail = "its step is already due"
         elif action == "signal":
             detail = "signals go only to ongoing runs"
+        elif action == "upgrade" and klass is not None and run["status"] in states.ONGOING:
+            current = latest["step_name"] if latest is not None else run["current_step"]
+            detail = (f"its step {current} no longer exists in {klass.workflow_name}; resume it at one of: "
+                      f"{', '.join(s.name for s in klass.steps)}" if step_gone(klass, current)
+                      else "it already runs on the current definition")
+        elif action in ("resume", "skip") and klass is not None and run["status"] in states.ALLOWED_FROM[action]:
+            current = latest["step_name"] if latest is not None else run["current_step"]
+            if step_gone(klass, current):
+                detail = (f"its step {current} no longer exists in {klass.workflow_name}; resume it at one of: "
+                          f"{', '.join(s.name for s in klass.steps)}")
         raise ActionNotAllowed(action, run["status"], allowed, detail)
     return run, latest, klass

@@ -13,8 +13,24 @@ from psycopg.types.json import Jsonb
 
 from .. import messages, metrics, orm, payload, states
 from ..db import Transaction
-from ..definition import FanOut, PauseRequested, ReattemptRequested, ReceivedSignal, StepSpec
-from ..errors import ArgumentsNotSerializable, DatabaseError, DatabaseUnavailable, StepNotDefined, UnknownWorkflow
+from ..definition import (
+    ChildStart,
+    FanOut,
+    PauseRequested,
+    ReattemptRequested,
+    ReceivedSignal,
+    StepSpec,
+    child_starts,
+)
+from ..errors import (
+    ArgumentsNotSerializable,
+    DatabaseError,
+    DatabaseUnavailable,
+    PgbusError,
+    StepNotDefined,
+    UnknownWorkflow,
+)
+from .children import start_children
 from .fanout import open_batch
 from .inline import Budget, continue_inline
 from .policy import fail_attempt
@@ -330,6 +346,11 @@ def _output(claim: Claim, result: Any, error: BaseException | None,
     """The step's return value as storable JSON, or the error that it cannot be stored."""
     if error is None and request is None and not isinstance(result, FanOut):
         try:
+            if child_starts(result) is not None:
+                return None, None
+        except PgbusError as exc:  # a list mixing start_child(...) with other values
+            return None, exc
+        try:
             return payload.to_json(result, what=f"the output of step {claim.step['step_name']}"), None
         except ArgumentsNotSerializable as exc:
             return None, exc
@@ -383,6 +404,12 @@ def _apply(engine: Engine, tx: Transaction, claim: Claim, run: Row, *, output: A
     elif isinstance(result, FanOut):
         open_batch(engine, tx, run, claim.spec, claim.klass, step, result)
         outcome = "fanned_out"
+    elif isinstance(result, (ChildStart, list, tuple)) and (children := child_starts(result)):
+        try:
+            start_children(engine, tx, run, claim.spec, step, children)
+            outcome = "fanned_out"
+        except PgbusError as exc:  # a child that cannot start: none of them did, the attempt fails
+            outcome = fail_attempt(engine, tx, run, claim.klass, step, error_columns(exc), actor="system")
     else:
         if claim.spec.wait_for:
             _consume_signal_of(tx.conn, step)

@@ -16,6 +16,7 @@ from .rows import (
     move_run,
     move_step,
     record_event,
+    run_ended,
     spec_of,
 )
 from .scheduling import advance, schedule_step
@@ -73,8 +74,9 @@ def fail_attempt(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow
         return "reattempted"
     if policy == "cancel":
         _cancel_open_steps(tx.conn, wid)
-        move_run(tx.conn, wid, states.ONGOING, "cancelled", finished_at=_now(tx))
+        ended = move_run(tx.conn, wid, states.ONGOING, "cancelled", finished_at=_now(tx))
         record_event(tx, wid, "cancelled", actor, reason=summary, step=failed, details=coded)
+        run_ended(engine, tx, ended)
         return "cancelled"
     if policy == "skip":
         _consume_signal_of(tx.conn, failed)

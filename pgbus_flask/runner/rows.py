@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -182,6 +182,26 @@ def _write_events(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) ->
         + (attention.REFRESH_ONE if one else attention.REFRESH),  # the runs' attention columns, same round trip
         [*(value for row in rows for value in row), runs[0] if one else runs],
     )
+
+
+#: What runs when a run ends (finished or cancelled), in the transaction that ended it: registered
+#: by the modules above that care (runner.children: a child's parent, a cancelled run's children).
+_ENDED_HOOKS: list[Callable[[Engine, Transaction, Row], None]] = []
+
+
+def on_run_ended(hook: Callable[[Engine, Transaction, Row], None]) -> Callable[[Engine, Transaction, Row], None]:
+    """Register ``hook(engine, tx, row)`` to run whenever a transition ends a run."""
+    _ENDED_HOOKS.append(hook)
+    return hook
+
+
+def run_ended(engine: Engine, tx: Transaction, ended: Row | None) -> None:
+    """Every transition that ends a run calls this with the run's row as moved (None when the
+    move did not happen: nothing to do)."""
+    if ended is None:
+        return
+    for hook in _ENDED_HOOKS:
+        hook(engine, tx, ended)
 
 
 def spec_of(klass: type[Workflow] | None, step_name: str) -> StepSpec | None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .. import attention, states
 from ..db import Transaction
 from ..errors import UnknownWorkflow
-from .rows import Row, _now, _q, load_class, move_run, record_event, spec_of
+from .rows import Row, _now, _q, load_class, move_run, record_event, run_ended, spec_of
 
 if TYPE_CHECKING:
     from ..engine import Engine, StepJob
@@ -169,6 +169,7 @@ def advance(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow] | N
     if nxt is None:
         moved = move_run(tx.conn, wid, states.ONGOING, "finished", finished_at=_now(tx), paused_at=None)
         record_event(tx, wid, "finished", actor)
+        run_ended(engine, tx, moved)
         return moved or run
     step = schedule_step(engine, tx, run, klass, nxt.name, actor=actor, set_current=False)
     # The step first, so that the run's row is written once, already with its attention columns.

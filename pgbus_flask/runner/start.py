@@ -44,6 +44,7 @@ def start(
     idempotency_key: str | None,
     actor: str,
     conn: Any,
+    parent: tuple[Any, str] | None = None,
 ) -> Started:
     """Insert a run, its first step and its events in one transaction; send the step after commit.
 
@@ -68,11 +69,15 @@ def start(
         payload.check_text(idempotency_key, "idempotency_key", max_bytes=states.KEY_LIMIT)
     payload.check_text(actor, "actor", max_bytes=states.ACTOR_LIMIT, allow_newlines=False)
     workflow_id = uuid.uuid4()
+    started = {"subject": f"{subject_type} {subject_id}" if subject_type else None}
+    if parent is not None:
+        started.update(parent=str(parent[0]), parent_step=parent[1])
     values = {
         "wid": workflow_id, "cls": klass.workflow_name, "step": klass.steps[0].name, "stype": subject_type,
         "sid": subject_id, "key": idempotency_key, "digest": klass.definition_digest, "args": Jsonb(arguments),
         "actor": cap(actor, 200), "prefix": JOB_PREFIX, "nothing": Jsonb({}),
-        "started": Jsonb(payload.to_json({"subject": f"{subject_type} {subject_id}" if subject_type else None})),
+        "started": Jsonb(payload.to_json(started)),
+        "parent": parent[0] if parent else None, "parent_step": parent[1] if parent else None,
     }
     outer = current_transaction()
     if conn is None and (outer is None or outer.database is not engine.db):
@@ -100,9 +105,10 @@ WITH ids AS (
 ), run AS (
     INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, subject_type, subject_id,
                                  idempotency_key, definition_digest, arguments, started_by,
-                                 attention_reason, attention_since, attention_step_id)
+                                 attention_reason, attention_since, attention_step_id, parent_workflow_id,
+                                 parent_step_name)
     SELECT %(wid)s, %(cls)s, 'ready', %(step)s, %(stype)s, %(sid)s, %(key)s, %(digest)s, %(args)s, %(actor)s,
-           'overdue', now(), step_id
+           'overdue', now(), step_id, %(parent)s, %(parent_step)s
     FROM ids
     ON CONFLICT (workflow_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING *

@@ -10,7 +10,8 @@ import psycopg
 from .. import payload, states
 from ..db import Transaction
 from ..errors import ActionNotAllowed, InvalidInput, SubjectConflict
-from .allowed import ResumePlan, _check, resume_plan
+from .allowed import ResumePlan, _check, outdated, resume_plan
+from .children import cancel_run
 from .rows import (
     RESCHEDULE_EARLIEST,
     RESCHEDULE_LATEST,
@@ -92,11 +93,32 @@ def resume_at(engine: Engine, workflow_id: Any, step_name: str, *, actor: str = 
         run, latest, klass = _check(engine, tx, "resume_at", workflow_id)
         assert klass is not None
         klass.step_spec(step_name)
+        if outdated(run, klass):  # the step chosen is one of the current definition's
+            _adopt_definition(tx, run, klass, actor, reason)
         _cancel_open_steps(tx.conn, workflow_id)
         move_run(tx.conn, workflow_id, states.ONGOING, "ready", paused_at=None)
         record_event(tx, workflow_id, "resumed", actor, reason=reason, step=latest,
                      details={"plan": "resume_at", "step": step_name})
         schedule_step(engine, tx, run, klass, step_name, actor=actor)
+
+
+def upgrade(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> None:
+    """Continue a run that started on an older definition of its class on the current one: its
+    definition digest becomes the class's (audited). Refused when its current step no longer
+    exists (resume it at a step of the current definition instead, or cancel it)."""
+    check_who(actor, reason)
+    with engine.db.transaction() as tx:
+        run, _latest, klass = _check(engine, tx, "upgrade", workflow_id)
+        assert klass is not None
+        _adopt_definition(tx, run, klass, actor, reason)
+
+
+def _adopt_definition(tx: Transaction, run: Row, klass: type[Workflow], actor: str, reason: str | None) -> None:
+    tx.conn.execute("UPDATE pgbus_workflows SET definition_digest = %s, updated_at = now() WHERE workflow_id = %s",
+                    (klass.definition_digest, run["workflow_id"]))
+    record_event(tx, run["workflow_id"], "definition_upgraded", actor, reason=reason,
+                 details={"from": run["definition_digest"], "to": klass.definition_digest,
+                          "steps": ", ".join(s.name for s in klass.steps)})
 
 
 def run_now(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> None:
@@ -179,7 +201,5 @@ def rerun(engine: Engine, workflow_id: Any, step_name: str | None = None, *, act
 def cancel(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> None:
     check_who(actor, reason)
     with engine.db.transaction() as tx:
-        _run, latest, _klass = _check(engine, tx, "cancel", workflow_id)
-        _cancel_open_steps(tx.conn, workflow_id)
-        move_run(tx.conn, workflow_id, states.ONGOING, "cancelled", finished_at=_now(tx))
-        record_event(tx, workflow_id, "cancelled", actor, reason=reason, step=latest)
+        run, _latest, _klass = _check(engine, tx, "cancel", workflow_id)
+        cancel_run(engine, tx, run, actor=actor, reason=reason)

@@ -25,7 +25,10 @@ CREATE TABLE pgbus_workflows (
                               ('stalled', 'paused_error', 'paused_manual', 'overdue', 'waiting_overdue')),
     attention_since       timestamptz,
     attention_step_id     bigint,
-    attention_error_class text
+    attention_error_class text,
+    -- A child run (migration 0009): its parent run and the parent's step that waits on it.
+    parent_workflow_id    uuid,
+    parent_step_name      text
 );
 CREATE UNIQUE INDEX pgbus_workflows_idempotency_key
     ON pgbus_workflows (workflow_class, idempotency_key) WHERE idempotency_key IS NOT NULL;
@@ -47,6 +50,9 @@ CREATE INDEX pgbus_workflows_attention_due
     ON pgbus_workflows (attention_reason, attention_since) INCLUDE (workflow_class)
     WHERE attention_reason IN ('overdue', 'waiting_overdue');
 CREATE INDEX pgbus_workflows_class ON pgbus_workflows (workflow_class, id);
+CREATE INDEX pgbus_workflows_parent
+    ON pgbus_workflows (parent_workflow_id)
+    WHERE parent_workflow_id IS NOT NULL AND status IN ('ready', 'running', 'waiting', 'paused');
 CREATE INDEX pgbus_workflows_step ON pgbus_workflows (current_step, id);
 CREATE INDEX pgbus_workflows_attention ON pgbus_workflows (attention_reason, id) WHERE attention_reason IS NOT NULL;
 CREATE INDEX pgbus_workflows_attention_group
@@ -87,9 +93,13 @@ CREATE TABLE pgbus_workflow_steps (
     created_at      timestamptz NOT NULL DEFAULT now(),
     error_code      text,   -- an engine message's code and parameters (0006), see messages.py
     error_params    jsonb,
+    child_ids       uuid[],  -- the child runs a waiting attempt waits on (0009)
+    on_child_failure text CHECK (on_child_failure IN ('fail', 'continue')),
     UNIQUE (workflow_id, step_name, attempt)
 );
 CREATE INDEX pgbus_workflow_steps_latest ON pgbus_workflow_steps (workflow_id, id DESC);
+CREATE INDEX pgbus_workflow_steps_waiting_children
+    ON pgbus_workflow_steps (waiting_since) WHERE status = 'waiting' AND child_ids IS NOT NULL;
 CREATE INDEX pgbus_workflow_steps_in_progress
     ON pgbus_workflow_steps (stall_at) WHERE status = 'in_progress';
 CREATE INDEX pgbus_workflow_steps_scheduled

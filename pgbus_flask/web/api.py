@@ -1,8 +1,12 @@
-"""Read-only JSON endpoints under the dashboard prefix (``/api/...``): the same reads as the pages.
+"""JSON endpoints under the dashboard prefix (``/api/...``): the same reads as the pages, and a
+run's verbs (``POST /api/runs/<id>/actions/<action>``).
 
 They pass the same ``PGBUS_DASHBOARD_AUTH`` check; every error under ``/api``
 (a bad parameter, an unknown run, a path that names nothing, a wrong method)
-comes back as ``{"error": ..., "status": ...}`` with the page's status code.
+comes back as ``{"error": ..., "status": ...}`` with the page's status code. A POST
+carries the same CSRF token as the dashboard's forms: the ``csrf_token`` field of a run's
+JSON (with the cookie that response sets), sent form-encoded with ``reason`` (and ``step``
+for resume_at and rerun, ``at`` for reschedule).
 """
 
 from __future__ import annotations
@@ -19,13 +23,16 @@ from flask import Blueprint, Response, g, request
 
 from .. import payload, queries, states
 from ..engine import Engine
+from ..errors import ActionNotAllowed, PgbusError, SubjectConflict
 from ..handle import Run
-from . import helpers, inputs
+from . import helpers, inputs, security
 from .i18n import gettext
 from .presenter import Presentation
-from .views import PAGE_SIZE, Pages, escape_surrogates, read_filters
+from .views import NOT_INPUT_ERRORS, PAGE_SIZE, Pages, escape_surrogates, read_filters
 
 PREFIX = "/api"
+#: The verbs the JSON API takes (signal has the dashboard's form; bulk verbs the CLI and MCP).
+API_ACTIONS = ("pause", "resume", "resume_at", "run_now", "reschedule", "skip", "rerun", "cancel", "upgrade")
 JSON_COLUMNS = ("arguments", "output", "payload", "details", "args", "result")
 
 
@@ -85,7 +92,7 @@ def runs_data(engine: Engine, pages: Pages, filters: Mapping[str, str | None], b
 def run_data(engine: Engine, pages: Pages, workflow_id: Any, steps_before: int | None = None,
              events_before: int | None = None) -> dict[str, Any]:
     """One run: its row, presentation, verbs allowed now, resume plan, a page of attempts and of
-    audit events, signals, batches and outputs. Needs an app context."""
+    audit events, signals, batches, its parent and children, and outputs. Needs an app context."""
     run = Run(engine, workflow_id)
     pages.sync_clock(run.row["db_now"])
     row = dict(run.row)
@@ -110,6 +117,8 @@ def run_data(engine: Engine, pages: Pages, workflow_id: Any, steps_before: int |
         "older_events": events.older,
         "signals": [_row(s) for s in run.signals()],
         "batches": [_row(b) for b in batches],
+        "parent": {"workflow_id": str(run.parent_id), "step": run.parent_step} if run.parent_id else None,
+        "children": [_row(c) for c in run.children()],
         "outputs": run.outputs(),
     }
 
@@ -146,7 +155,38 @@ class Api:
     def run(self, workflow_id: str) -> Response:
         steps_before = inputs.whole_number(request.args.get("steps_before"), "steps_before")
         events_before = inputs.whole_number(request.args.get("events_before"), "events_before")
-        return reply(run_data(self.engine, self.pages, workflow_id, steps_before, events_before))
+        return reply({**run_data(self.engine, self.pages, workflow_id, steps_before, events_before),
+                      "csrf_token": security.csrf_token()})
+
+    def act(self, workflow_id: str, action: str) -> Response:
+        """A verb on a run, as the dashboard's buttons do it (actor ``dashboard:NAME``): the run's
+        status and available actions after it, or the refusal with the actions allowed now."""
+        if action not in API_ACTIONS:
+            return self.missing()
+        run = Run(self.engine, workflow_id)
+        params: dict[str, Any] = {}
+        step = inputs.text(request.form, "step")
+        if action == "resume_at" or (action == "rerun" and step):
+            if not step:
+                return reply({"error": gettext("Choose the step to resume at."), "status": 400}, 400)
+            params["step"] = step
+        if action == "reschedule":
+            text = inputs.text(request.form, "at") or ""
+            try:
+                params["at"] = datetime.fromisoformat(text)
+            except ValueError:
+                params["at"] = text  # refused by reschedule, which names what it takes
+        try:
+            run.act(action, actor=g.pgbus_actor, reason=inputs.text(request.form, "reason"), **params)
+        except (ActionNotAllowed, SubjectConflict) as exc:
+            run.refresh()
+            return reply({"error": str(exc), "status": 409, "available_actions": run.available_actions}, 409)
+        except NOT_INPUT_ERRORS:
+            raise
+        except PgbusError as exc:
+            return reply({"error": str(exc), "status": 400}, 400)
+        return reply({"run": _row(run.row), "available_actions": run.available_actions,
+                      "definition_outdated": run.definition_outdated})
 
     def attention(self) -> Response:
         return reply(attention_data(self.engine, inputs.text(request.args, "workflow_class")))
@@ -171,6 +211,7 @@ def register(bp: Blueprint, engine: Engine, pages: Pages) -> None:
     bp.add_url_rule(f"{PREFIX}/overview", "api_overview", api.overview)
     bp.add_url_rule(f"{PREFIX}/runs", "api_runs", api.runs)
     bp.add_url_rule(f"{PREFIX}/runs/<workflow_id>", "api_run", api.run)
+    bp.add_url_rule(f"{PREFIX}/runs/<workflow_id>/actions/<action>", "api_act", api.act, methods=["POST"])
     bp.add_url_rule(f"{PREFIX}/attention", "api_attention", api.attention)
     bp.add_url_rule(f"{PREFIX}/batches/<batch_id>", "api_batch", api.batch)
     # Routing prefers every rule above to these (a path converter matches last).

@@ -82,6 +82,7 @@ ACTION_LABELS = {
     "resume": C_("action", "Resume"), "resume_at": C_("action", "Resume at step"), "run_now": C_("action", "Run now"),
     "reschedule": C_("action", "Reschedule"), "skip": C_("action", "Skip step"), "rerun": C_("action", "Rerun"),
     "pause": C_("action", "Pause"), "cancel": C_("action", "Cancel run"), "signal": C_("action", "Send signal"),
+    "upgrade": C_("action", "Continue on the current definition"),
 }
 EVENT_LABELS = {
     "started": C_("event", "Started"), "step_scheduled": C_("event", "Step scheduled"),
@@ -95,6 +96,8 @@ EVENT_LABELS = {
     "signal_received": C_("event", "Signal received"), "signal_claimed": C_("event", "Signal claimed"),
     "step_waiting": C_("event", "Step waiting"), "wait_timed_out": C_("event", "Wait timed out"),
     "fan_out_opened": C_("event", "Fan-out opened"), "fan_out_finished": C_("event", "Fan-out finished"),
+    "children_started": C_("event", "Child runs started"), "children_finished": C_("event", "Child runs ended"),
+    "definition_upgraded": C_("event", "Moved to the current definition"),
 }
 RESUME_LABELS = {
     "retry": N_("Retry %(step)s"), "continue": N_("Continue with %(step)s"), "finish": N_("Finish the run"),
@@ -103,7 +106,7 @@ RESUME_LABELS = {
 
 #: The outside verbs the run page has a button for (signal has its own form;
 #: pause and reschedule stay in the CLI and the Python API).
-DASHBOARD_ACTIONS = ("resume", "resume_at", "run_now", "skip", "rerun", "cancel")
+DASHBOARD_ACTIONS = ("resume", "upgrade", "resume_at", "run_now", "skip", "rerun", "cancel")
 #: The run page's primary button is the first of these the run allows: what moves it on as planned
 #: (resume does what its resume plan says). Resume at step, skip and cancel drop work: never primary.
 PRIMARY_ACTIONS = ("resume", "run_now", "rerun")
@@ -211,6 +214,11 @@ def next_sentence(presentation: Presentation, now: datetime) -> Markup:
             args["duration"] = span_tag(value, now)
         else:
             args[key] = value
+    if presentation.next_key == "waiting_children":
+        total = int(presentation.next_args["total"])
+        return markup(ungettext("Waiting at %(step)s for %(num)d child run to end, for %(duration)s.",
+                                "Waiting at %(step)s for %(num)d child runs to end, for %(duration)s.", total),
+                      step=args["step"], num=total, duration=args["duration"])
     if presentation.next_key == "waiting_batch":
         args["batch"] = batch_link(presentation.next_args["batch"], presentation.next_args.get("batch_id"))
         total = int(presentation.next_args["total"])
@@ -415,6 +423,7 @@ def action_confirm(action: str, workflow_class: str, step: str | None, to: str =
         "skip": N_("Skip %(step)s and go on with the next step?"),
         "rerun": N_("Run this %(workflow)s run again from the chosen step?"),
         "cancel": N_("Cancel this %(workflow)s run? Its open step is cancelled and nothing else runs."),
+        "upgrade": N_("Continue this %(workflow)s run on the current definition of its class, at %(step)s?"),
     }
     if not open_step:  # paused on a step that ended: there is nothing to cancel but the run
         questions.update(resume_at=N_("Resume this %(workflow)s run at the chosen step?"),

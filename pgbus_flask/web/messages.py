@@ -31,10 +31,12 @@ SYSTEM_MESSAGES: dict[str, str] = {
     "unknown_step": N_("%(workflow)s has no step %(step)s."),
     "unknown_step_known": N_("%(workflow)s has no step %(step)s (its steps: %(known)s)."),
     "reattempt_requested": N_("The step asked to be attempted again."),
+    "child_runs_cancelled": N_("%(cancelled)s of %(total)s child runs were cancelled; the first was %(workflow)s "
+                               "%(run)s."),
 }
 
 #: Parameters shown as code identifiers.
-_NAMES = frozenset({"step", "signal", "workflow", "error_class", "job", "worker", "known"})
+_NAMES = frozenset({"step", "signal", "workflow", "error_class", "job", "worker", "known", "run"})
 
 
 def _moment(value: Any) -> datetime | None:

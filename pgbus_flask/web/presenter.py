@@ -36,8 +36,8 @@ BADGE_TONES: dict[str, str] = {
 #: Every next-step message key :func:`present` can return.
 NEXT_KEYS = (
     "scheduled", "queued", "overdue", "running", "possibly_stalled", "waiting_signal", "waiting_signal_deadline",
-    "waiting_any_signal", "waiting_batch", "waiting", "paused_error", "paused_failed", "stalled", "paused_manual",
-    "finished", "cancelled",
+    "waiting_any_signal", "waiting_batch", "waiting_children", "waiting", "paused_error", "paused_failed", "stalled",
+    "paused_manual", "finished", "cancelled",
 )
 
 
@@ -143,6 +143,9 @@ def _present(row: Mapping[str, Any], *, now: datetime, stall_threshold: timedelt
                            batch_id=_step(row, "batch_id"),
                            done=int(row.get("batch_done") or 0), total=int(row.get("batch_total") or 0),
                            failed=int(row.get("batch_failed") or 0), ago=since)
+        children = _step(row, "children") or len(_step(row, "child_ids") or ())
+        if step_status == "waiting" and children:
+            return _result("waiting", "waiting_children", step=step, total=int(children), since=since)
         if step_status != "waiting":
             return _result("waiting", "waiting", step=step, since=since)
         timeout_at = _step(row, "timeout_at")

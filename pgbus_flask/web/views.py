@@ -199,7 +199,8 @@ class Pages:
             pages=pages, signals=signals, batches=batches,
             timeline=self.timeline(run, steps, steps_before is None and steps.older is None),
             arguments=pretty(run.arguments), outputs=pretty(run.outputs()), error=error, form=form or {},
-            notice=notice, signal_allowed=signal_matters(run),
+            notice=notice, signal_allowed=signal_matters(run), parent=run.parent(), children=run.children(),
+            step_gone=klass is not None and runner.step_gone(klass, latest.get("step_name") or run.current_step),
             confirms={a: helpers.action_confirm(a, run.workflow_class, run.current_step, helpers.TEXT,
                                                 open_step=open_step is not None)
                       for a in actions},

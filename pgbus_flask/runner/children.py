@@ -1,0 +1,216 @@
+"""Child workflow runs: a step that starts runs of other workflows and waits until they end.
+
+A step returns ``self.start_child(Other, ...)`` (or a list of them). Its outcome transaction
+starts the children (or finds them: their idempotency key is the parent, the step, the
+"generation" and the position, so a redelivered, reattempted or resumed step never starts a
+second set; ``rerun`` and ``resume_at`` begin a new generation) and parks the step
+(``waiting``, its ``child_ids`` listed).
+
+Every transition that ends a run calls :func:`run_ended` in its own transaction. For a child
+it locks the parent's row (always child first, then parent: no transaction locks a parent and
+then its children) and settles the parent's waiting step once no child is ongoing. A cancelled
+parent cancels its ongoing children after it commits, each in a transaction of its own; the
+sweep does again whatever a process that died meanwhile left undone (:func:`sweep_children`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from psycopg.types.json import Jsonb
+
+from .. import payload, states
+from ..db import Transaction
+from ..definition import ChildStart, StepSpec
+from ..errors import ChildRunsCancelled, WorkflowNotFound
+from .policy import fail_attempt
+from .rows import (
+    Row,
+    _cancel_open_steps,
+    _now,
+    _q,
+    error_columns,
+    latest_step,
+    load_class,
+    lock_run,
+    move_run,
+    move_step,
+    on_run_ended,
+    record_event,
+    run_ended,
+)
+from .scheduling import advance
+from .start import start
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+log = logging.getLogger("pgbus_flask")
+
+#: The events after which a step that starts children starts a new set.
+_NEW_GENERATION = "event = 'rerun' OR (event = 'resumed' AND details->>'plan' = 'resume_at')"
+
+
+def child_key(parent_id: Any, step_name: str, generation: int, position: int) -> str:
+    """The idempotency key of a step's ``position``-th child run."""
+    return f"pgbus-child:{parent_id}:{step_name}:{generation}:{position}"
+
+
+def start_children(engine: Engine, tx: Transaction, run: Row, spec: StepSpec, step: Row,
+                   children: Sequence[ChildStart]) -> None:
+    """Start the step's child runs (or find the ones it started before) in this transaction and
+    park the step on them. A child that cannot start (a subject with an ongoing run, arguments
+    that cannot be stored) raises before anything of them is kept: the caller fails the attempt."""
+    wid = run["workflow_id"]
+    generation = tx.conn.execute(
+        f"SELECT count(*) FROM pgbus_workflow_events WHERE workflow_id = %s AND ({_NEW_GENERATION})", (wid,)
+    ).fetchone()[0]  # type: ignore[index]
+    ids: list[Any] = []
+    with engine.db.transaction() as sub:  # a savepoint: all of them, or none
+        for position, child in enumerate(children):
+            started = start(engine, child.klass, child.args, child.kwargs, subject=child.subject,
+                            idempotency_key=child_key(wid, step["step_name"], generation, position),
+                            actor="system", conn=sub.conn, parent=(wid, step["step_name"]))
+            ids.append(started.workflow_id)
+    parked = move_step(tx.conn, step["id"], ["in_progress"], "waiting", child_ids=ids,
+                       on_child_failure=spec.on_child_failure, waiting_since=_now(tx))
+    moved = move_run(tx.conn, wid, ["running"], "waiting")
+    record_event(tx, wid, "children_started", "system", step=parked,
+                 details={"total": len(ids), "workflow_ids": [str(i) for i in ids],
+                          "classes": sorted({c.klass.workflow_name for c in children})})
+    settle(engine, tx, moved or run, parked)  # children found ended already (a retried step)
+
+
+def _children(conn: Any, ids: Sequence[Any]) -> list[Row]:
+    return _q(conn, "SELECT workflow_id, workflow_class, status FROM pgbus_workflows WHERE workflow_id = ANY(%s)",
+              (list(ids),)).fetchall()  # type: ignore[no-any-return]
+
+
+def settle(engine: Engine, tx: Transaction, run: Row, step: Row | None) -> bool:
+    """Complete (or fail) ``step``, waiting on its child runs, when none of them is ongoing.
+    Call it holding the run's lock. True when the step ended."""
+    if step is None or step["status"] != "waiting" or not step["child_ids"]:
+        return False
+    ids = list(step["child_ids"])
+    rows = {r["workflow_id"]: r for r in _children(tx.conn, ids)}
+    if any(r["status"] in states.ONGOING for r in rows.values()):
+        return False
+    # A child deleted meanwhile (PGBUS_RETENTION) had ended: it counts as finished, without output.
+    cancelled = [rows[i] for i in ids if i in rows and rows[i]["status"] == "cancelled"]
+    wid, total = run["workflow_id"], len(ids)
+    record_event(tx, wid, "children_finished", "system", step=step,
+                 details={"finished": total - len(cancelled), "cancelled": len(cancelled), "total": total})
+    klass = load_class(engine, run["workflow_class"])
+    if cancelled and step["on_child_failure"] != "continue":
+        exc = ChildRunsCancelled(len(cancelled), total, (cancelled[0]["workflow_class"], cancelled[0]["workflow_id"]))
+        fail_attempt(engine, tx, run, klass, step, error_columns(exc, trace=False), actor="system",
+                     open_from=("waiting",))
+        return True
+    last = dict(tx.conn.execute(
+        "SELECT DISTINCT ON (workflow_id) workflow_id, output FROM pgbus_workflow_steps"
+        " WHERE workflow_id = ANY(%s) AND status = 'completed' ORDER BY workflow_id, id DESC", (ids,)).fetchall())
+    output = {
+        "outputs": [payload.from_json(last[i]) if i in last and rows.get(i, {}).get("status") == "finished" else None
+                    for i in ids],
+        "finished": total - len(cancelled), "cancelled": len(cancelled), "total": total,
+        "workflow_ids": [str(i) for i in ids],
+    }
+    done = move_step(tx.conn, step["id"], ["waiting"], "completed", finished_at=_now(tx), outcome="completed",
+                     output=Jsonb(payload.to_json(output)))
+    if done is None:
+        return False
+    record_event(tx, wid, "step_completed", "system", step=done)
+    if run["status"] == "waiting":
+        advance(engine, tx, run, klass, step["step_name"], actor="system")
+    return True
+
+
+@on_run_ended
+def _family(engine: Engine, tx: Transaction, ended: Row) -> None:
+    """What a run that just finished or was cancelled (``ended``: its row as moved) means to its
+    family, in the same transaction: its parent's step settles if it was the last ongoing
+    child; its own ongoing children are cancelled after commit when it was cancelled."""
+    parent_id = ended.get("parent_workflow_id")
+    if parent_id is not None:
+        try:
+            parent = lock_run(tx, parent_id)
+        except WorkflowNotFound:
+            parent = None  # deleted by retention: nobody waits
+        if parent is not None and parent["status"] in states.ONGOING:
+            step = _q(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE workflow_id = %s AND status = 'waiting'"
+                               " AND %s = ANY(child_ids) ORDER BY id DESC LIMIT 1",
+                      (parent_id, ended["workflow_id"])).fetchone()
+            settle(engine, tx, parent, step)
+    if ended["status"] == "cancelled":
+        wid = ended["workflow_id"]
+        tx.after_commit(lambda: cancel_children(engine, wid))
+
+
+def cancel_run(engine: Engine, tx: Transaction, run: Row, *, actor: str, reason: str | None) -> Row | None:
+    """Cancel an ongoing run held locked in ``tx``: its open steps, the run, the audit event, and
+    what its end means to its family (the ``cancel`` verb, and a cancelled parent's children)."""
+    wid = run["workflow_id"]
+    latest = latest_step(tx.conn, wid)
+    _cancel_open_steps(tx.conn, wid)
+    ended = move_run(tx.conn, wid, states.ONGOING, "cancelled", finished_at=_now(tx))
+    record_event(tx, wid, "cancelled", actor, reason=reason, step=latest)
+    run_ended(engine, tx, ended)
+    return ended
+
+
+def cancel_children(engine: Engine, parent_id: Any) -> int:
+    """Cancel every ongoing child run of a cancelled parent, each in its own transaction (and so
+    on down: a child's own children follow). Returns how many were cancelled."""
+    with engine.db.connection() as conn:
+        ids = [r[0] for r in conn.execute(
+            "SELECT workflow_id FROM pgbus_workflows WHERE parent_workflow_id = %s AND status = ANY(%s)",
+            (parent_id, list(states.ONGOING))).fetchall()]
+    cancelled = 0
+    for child in ids:
+        with engine.db.transaction() as tx:
+            try:
+                run = lock_run(tx, child)
+            except WorkflowNotFound:
+                continue
+            if run["status"] in states.ONGOING and cancel_run(
+                    engine, tx, run, actor="system", reason=f"its parent run {parent_id} was cancelled"):
+                cancelled += 1
+    return cancelled
+
+
+def sweep_children(engine: Engine, *, older_than: float, limit: int = 500) -> tuple[int, int]:
+    """What a process that died between a run's end and what follows may have left: ongoing
+    children of cancelled parents (cancelled now) and steps still waiting on children that all
+    ended (settled now). Both reads walk partial indexes of what is pending, not the tables.
+    Returns (children cancelled, steps settled)."""
+    with engine.db.connection() as conn:
+        orphans = [r[0] for r in conn.execute(
+            "SELECT DISTINCT c.parent_workflow_id FROM pgbus_workflows c"
+            " JOIN pgbus_workflows p ON p.workflow_id = c.parent_workflow_id"
+            " WHERE c.parent_workflow_id IS NOT NULL AND c.status IN ('ready', 'running', 'waiting', 'paused')"
+            " AND p.status = 'cancelled' AND p.updated_at < now() - make_interval(secs => %s) LIMIT %s",
+            (older_than, limit)).fetchall()]
+        waiting = conn.execute(
+            "SELECT s.workflow_id, s.id FROM pgbus_workflow_steps s"
+            " WHERE s.status = 'waiting' AND s.child_ids IS NOT NULL"
+            " AND s.waiting_since < now() - make_interval(secs => %s)"
+            " AND NOT EXISTS (SELECT 1 FROM pgbus_workflows c WHERE c.workflow_id = ANY(s.child_ids)"
+            "                 AND c.status IN ('ready', 'running', 'waiting', 'paused')) LIMIT %s",
+            (older_than, limit)).fetchall()
+    cancelled = sum(cancel_children(engine, parent) for parent in orphans)
+    settled = 0
+    for wid, step_id in waiting:
+        with engine.db.transaction() as tx:
+            try:
+                run = lock_run(tx, wid)
+            except WorkflowNotFound:
+                continue
+            step = _q(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE id = %s", (step_id,)).fetchone()
+            if run["status"] in states.ONGOING and settle(engine, tx, run, step):
+                settled += 1
+    if cancelled or settled:
+        log.info("pgbus: sweep cancelled %d orphaned child runs and settled %d steps waiting on children",
+                 cancelled, settled)
+    return cancelled, settled
