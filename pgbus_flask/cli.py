@@ -1,4 +1,5 @@
-"""``flask pgbus ...``: migrate, sweep, read runs and act on them (actor ``cli:$USER``).
+"""``flask pgbus ...``: migrate, sweep, read runs and act on them, list, pause and resume schedules
+(actor ``cli:$USER``).
 
 A run is named by its id or a unique prefix of it (at least 4 hex digits). Bad
 input (a malformed value, an ambiguous prefix, anything pgbus refuses as
@@ -22,7 +23,7 @@ import click
 from flask import current_app
 from flask.cli import with_appcontext
 
-from . import payload, queries, runner, states
+from . import payload, queries, runner, schedules, states
 from .engine import Engine
 from .errors import InvalidInput, PgbusError, StepNotDefined
 from .handle import Run
@@ -335,6 +336,49 @@ def bulk_cmd(action: str, workflow_class: str, step: str, stuck: str, error_clas
     click.echo(f"{action}: {moved} moved, {refused} refused")
     if first_refusal:
         click.echo(f"first refused: {first_refusal}")
+
+
+def _when(moment: datetime | None) -> str:
+    return f"{moment.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC" if moment else "-"
+
+
+@pgbus_cli.command("schedules")
+@with_appcontext
+def schedules_cmd() -> None:
+    """List the schedules: class, schedule, next and last tick, paused or not."""
+    found = schedules.list_schedules(_engine())
+    for s in found:
+        timing = f"every {s.schedule}s" if s.kind == "interval" else f"cron {s.schedule} ({s.timezone})"
+        last = f"{_when(s.last_tick)} (run {s.last_run_id})" if s.last_tick else "-"
+        state = f"paused by {s.paused_by}" + (f": {s.paused_reason}" if s.paused_reason else "") if s.paused \
+            else "active"
+        if not s.declared:
+            state += ", no longer declared"
+        elif not s.stored:
+            state += ", not stored yet (the next sweep stores it)"
+        _echo(f"{s.workflow_class}  {timing}  missed: {s.missed}  next: {_when(s.next_tick)}  last: {last}  {state}")
+    if not found:
+        click.echo("no schedules")
+
+
+def _schedule_verb(action: str) -> None:
+    def command(name: str, reason: str | None) -> None:
+        verb = schedules.pause if action == "pause" else schedules.resume
+        done = verb(_engine(), name, _actor(), reason)
+        _echo(f"{done.workflow_class}: {'paused' if done.paused else 'resumed'}; next tick {_when(done.next_tick)}")
+
+    command.__name__ = f"schedule_{action}_cmd"
+    command.__doc__ = ("Pause the schedule of workflow class NAME: no run starts until it is resumed."
+                       if action == "pause" else
+                       "Resume the schedule of workflow class NAME (its schedule_missed decides about the ticks "
+                       "missed while paused: skip starts none, all starts each).")
+    decorated: Any = click.option("--reason", help="why (recorded in the schedule's audit trail)")(command)
+    decorated = click.argument("name")(decorated)
+    pgbus_cli.command(f"schedule-{action}")(with_appcontext(decorated))
+
+
+_schedule_verb("pause")
+_schedule_verb("resume")
 
 
 @pgbus_cli.command("mcp")

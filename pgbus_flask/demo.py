@@ -46,6 +46,7 @@ from .demo_workflows import (
     OnboardingWorkflow,
     OrderWorkflow,
     PartnerCatalogSync,
+    QuarterClose,
     erp_online,
     set_erp_online,
 )
@@ -376,6 +377,7 @@ def seed(engine: Engine, services: Services) -> dict[str, Run]:
     - queued: catalog winter-clearance (the ``partners`` queue has no worker);
     - overdue: catalog price-drop-1201 (queued an hour ago, past the 10-minute threshold);
     - waiting for a batch: catalog spring-2027 (7 of 12 partner jobs done);
+    - waiting for child runs: close 2026-Q4 (its two InvoiceSync children paused: ERP down);
     - running: report 2026-11 (``render_pdf`` takes 2 hours on the ``rendering`` worker);
     - paused after an error: invoices 0192-0194 (TimeoutError: ERP down), order 1047
       (a vendor answered 503 in the fan-out);
@@ -420,6 +422,9 @@ def seed(engine: Engine, services: Services) -> dict[str, Run]:
     for number, amount in (("0192", "310.00"), ("0193", "87.50"), ("0194", "4410.00")):
         s.start(f"invoice-{number}", InvoiceSync, ("Invoice", f"INV-2026-{number}"), invoice=f"INV-2026-{number}",
                 amount=amount)
+    # The quarter's close syncs two more invoices as child runs: they pause too, and it waits.
+    s.start("close-2026-q4", QuarterClose, ("Quarter", "2026-Q4"), quarter="2026-Q4",
+            invoices=[("INV-2026-0195", "640.00"), ("INV-2026-0196", "18.20")])
 
     # Payments: confirm three orders (one of which meets a failing vendor), cancel one.
     for label in ("order-1042", "order-1044", "order-1047", "order-1045", "order-1048"):
@@ -462,6 +467,7 @@ def seed(engine: Engine, services: Services) -> dict[str, Run]:
     s.at("order-1047", "paused", "notify_vendors")
     for number in ("0192", "0193", "0194"):
         s.at(f"invoice-{number}", "paused", "sync_to_erp")
+    s.at("close-2026-q4", "waiting", "sync_invoices")
     # Spread the finished runs over the last hours, so the charts have a shape.
     for label, hours in (("order-1042", 5), ("invoice-0190", 4), ("invoice-0191", 3.5), ("report-2026-09", 26),
                          ("order-1044", 2), ("customer-313", 1)):

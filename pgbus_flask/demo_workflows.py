@@ -10,6 +10,9 @@
   TimeoutError while the ERP is down. An operator "fixes" it by bringing
   the ERP back (the demo's ``/erp`` page, or ``SET pgbus-demo:erp-online 1``
   in Redis), then resumes the paused runs (one by one or in bulk).
+- :class:`QuarterClose`: syncs a quarter's last invoices as child runs of
+  :class:`InvoiceSync` and waits for them; with the ERP down it waits on
+  paused children.
 - :class:`MonthlyReport`: a long ``render_pdf`` on the ``rendering`` queue
   (its own worker) and an ``upload`` whose first attempt can hang past its
   2-second stall deadline (the sweep declares it stalled; resume retries it).
@@ -146,6 +149,22 @@ class InvoiceSync(Workflow):
     @step
     def mark_synced(self) -> str:
         return f"{self.kwargs['invoice']} synced"
+
+
+class QuarterClose(Workflow):
+    """Close a quarter's books: sync its last invoices as child runs of :class:`InvoiceSync`
+    (the step waits for them), then close. While the ERP is down the children pause, and the
+    close waits for them: fix the ERP, resume the invoices, and the close goes on."""
+
+    @step
+    def sync_invoices(self) -> Any:
+        return [self.start_child(InvoiceSync, invoice=invoice, amount=amount)
+                for invoice, amount in self.kwargs["invoices"]]
+
+    @step
+    def close_books(self) -> str:
+        synced = self.output_of("sync_invoices")
+        return f"{self.kwargs['quarter']} closed with {synced['finished']} invoices synced"
 
 
 class MonthlyReport(Workflow):

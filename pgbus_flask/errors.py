@@ -176,3 +176,25 @@ class ChildLost(Coded, PgbusError):
 
     def __init__(self, job: str, status: str) -> None:
         super().__init__(self._coded("child_lost", job=job, status=status))
+
+
+class UnknownSchedule(PgbusError):
+    """No workflow class of this name declares a schedule (here, or in the stored schedules)."""
+
+    def __init__(self, name: str, known: Iterable[str] = ()) -> None:
+        self.name = name
+        listed = ", ".join(sorted(known))
+        super().__init__(f"no schedule for workflow class {name!r} "
+                         + (f"(schedules: {listed})" if listed else "(no class declares a schedule)"))
+
+
+class ScheduleConflict(PgbusError):
+    """A schedule verb the schedule's state does not allow now (pausing a paused one, resuming
+    a running one); nothing was changed."""
+
+    def __init__(self, name: str, action: str, paused: bool) -> None:
+        self.name = name
+        self.action = action
+        self.paused = paused
+        state = "paused" if paused else "not paused"
+        super().__init__(f"cannot {action} the schedule of {name}: it is {state}; nothing was changed")

@@ -7,10 +7,12 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from . import orm
+from . import schedules as stored_schedules
 from .config import Settings, keyword_values
 from .db import Transaction
 from .engine import Engine, default_engine_is_unset, resolve_engine
 from .errors import PgbusError
+from .schedules import Schedule
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -77,6 +79,27 @@ class PgBus:
         from .handle import Run
 
         return Run(self.engine, workflow_id)
+
+    def schedules(self) -> list[Schedule]:
+        """Every schedule (stored, or registered here and not yet stored by a sweep), by class name."""
+        return stored_schedules.list_schedules(self.engine)
+
+    def schedule(self, name: str) -> Schedule:
+        """The schedule of workflow class ``name`` (UnknownSchedule if it declares none)."""
+        return stored_schedules.get_schedule(self.engine, name)
+
+    def schedule_events(self, name: str) -> list[dict[str, Any]]:
+        """The audit trail of a schedule (declared, changed, paused, resumed ...), newest first."""
+        return stored_schedules.schedule_events(self.engine, name)
+
+    def pause_schedule(self, name: str, *, actor: str = "app", reason: str | None = None) -> Schedule:
+        """Start no run for ``name``'s schedule until it is resumed (ScheduleConflict if paused already)."""
+        return stored_schedules.pause(self.engine, name, actor, reason)
+
+    def resume_schedule(self, name: str, *, actor: str = "app", reason: str | None = None) -> Schedule:
+        """Resume a paused schedule; its ``schedule_missed`` decides what was missed meanwhile
+        ("skip": nothing of it, "all": every tick). ScheduleConflict if it is not paused."""
+        return stored_schedules.resume(self.engine, name, actor, reason)
 
     def migrate(self) -> list[str]:
         """Apply missing migrations; returns the versions applied."""

@@ -85,3 +85,12 @@ BACKTRACE_LIMIT = 16_000
 #: Seconds RQ's job timeout exceeds what a step job may run (its steps' stall deadlines,
 #: plus PGBUS_INLINE_SECONDS with inline continuation): the stall deadline fires first.
 JOB_TIMEOUT_MARGIN = 30
+
+#: What a schedule does with ticks it missed (downtime, or a pause: see docs/schedules.md):
+#: "skip" starts the latest tick missed by downtime (none missed while paused), "all" every one.
+SCHEDULE_MISSED = ("skip", "all")
+SCHEDULE_KINDS = ("cron", "interval")
+#: The audit trail of a schedule: the sweep's (declared, changed, undeclared) and the operators' verbs.
+SCHEDULE_EVENTS = ("declared", "changed", "undeclared", "paused", "resumed")
+#: The verbs on a schedule.
+SCHEDULE_ACTIONS = ("pause", "resume")

@@ -1,6 +1,7 @@
 """The sweep: what no job will do by itself.
 
-Stalled attempts, overdue scheduled steps, expired waits, fan-out children
+The due ticks of schedules (:mod:`pgbus_flask.schedules`), stalled attempts,
+overdue scheduled steps, expired waits, fan-out children
 lost with their worker, old terminal runs, and the count rows of
 ``pgbus_run_counts`` folded into one per key. One sweeper at a time across
 every machine (a PostgreSQL advisory lock); each part reads through a
@@ -18,7 +19,7 @@ from datetime import datetime, timezone
 from functools import partial
 from typing import Any
 
-from . import attention, insights, messages, metrics, runner
+from . import attention, insights, messages, metrics, runner, schedules
 from .db import Transaction
 from .engine import Engine
 from .errors import ChildLost, StepStalled, WaitTimedOut, WorkflowNotFound
@@ -77,6 +78,8 @@ class SweepReport:
     ``overdue_live``: overdue steps left alone because RQ still holds their job."""
 
     ran: bool = True
+    schedules_started: int = 0
+    schedules_synced: int = 0
     stalled: int = 0
     resent: int = 0
     overdue_live: int = 0
@@ -91,8 +94,8 @@ class SweepReport:
     errors: list[str] = field(default_factory=list)
 
     def total(self) -> int:
-        return (self.stalled + self.resent + self.wait_timeouts + self.children_failed + self.children_resent
-                + self.child_runs_cancelled + self.child_waits_settled + self.deleted_runs)
+        return (self.schedules_started + self.stalled + self.resent + self.wait_timeouts + self.children_failed
+                + self.children_resent + self.child_runs_cancelled + self.child_waits_settled + self.deleted_runs)
 
 
 def sweep(engine: Engine) -> SweepReport:
@@ -104,7 +107,7 @@ def sweep(engine: Engine) -> SweepReport:
         try:
             began = time.perf_counter()
             report = SweepReport()
-            for part in (_stalled, _overdue, _expired_waits, _lost_children, _child_runs, _retention,
+            for part in (_schedules, _stalled, _overdue, _expired_waits, _lost_children, _child_runs, _retention,
                          _fold_counts, _fold_insights):
                 try:
                     part(engine, report)
@@ -125,6 +128,15 @@ def _ids(engine: Engine, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[A
     with engine.db.connection() as conn, conn.transaction():
         conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")
         return list(conn.execute(sql, params).fetchall())
+
+
+def _schedules(engine: Engine, report: SweepReport) -> None:
+    """Store the registered classes' schedules, then start their due ticks, one run a tick
+    (:mod:`pgbus_flask.schedules`); a schedule that fails does not stop the others."""
+    done = schedules.sweep_part(engine)
+    report.schedules_synced += done.synced
+    report.schedules_started += done.started
+    report.errors.extend(done.errors)
 
 
 def _stalled(engine: Engine, report: SweepReport) -> None:

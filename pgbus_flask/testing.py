@@ -27,6 +27,7 @@ from .errors import PgbusError
 TABLES = (
     "pgbus_batch_children", "pgbus_batches", "pgbus_workflow_signals", "pgbus_workflow_events",
     "pgbus_workflow_steps", "pgbus_workflows", "pgbus_run_counts", "pgbus_insight_deltas", "pgbus_insights",
+    "pgbus_schedule_events", "pgbus_schedules",
 )
 
 
@@ -102,8 +103,8 @@ def empty(conn: psycopg.Connection[Any]) -> None:
     writes, much cheaper than TRUNCATE (which rewrites every table and index)."""
     with conn.transaction():
         for table in TABLES:
-            # Events are append-only (migration 0003): they go with their runs.
-            if table != "pgbus_workflow_events":
+            # Events are append-only (migrations 0003, 0010): they go with their runs and schedules.
+            if table not in ("pgbus_workflow_events", "pgbus_schedule_events"):
                 conn.execute(f"DELETE FROM {table}")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from . import orm, payload, runner, states
@@ -33,6 +33,8 @@ from .definition import (  # noqa: F401  (re-exported: the public names of decla
 from .engine import Engine, resolve_engine
 from .errors import DefinitionError, PgbusError, StepNotDefined
 from .handle import Run
+from .schedule import ATTRIBUTES as SCHEDULE_ATTRIBUTES
+from .schedule import TICK_KWARG, ScheduleSpec, from_class
 
 
 class Workflow:
@@ -40,7 +42,10 @@ class Workflow:
 
     Class attributes: ``queue`` and ``priority`` (defaults for every step),
     ``workflow_name`` (the name runs are stored under; the class name by
-    default).
+    default), and for recurring starts ``schedule`` (a cron string or a
+    timedelta), ``schedule_timezone`` (cron only, default "UTC"),
+    ``schedule_missed`` ("skip" or "all") and ``schedule_kwargs`` (the keyword
+    arguments every scheduled run gets, besides ``tick``); see docs/schedules.md.
     """
 
     queue: ClassVar[str | None] = None
@@ -48,6 +53,12 @@ class Workflow:
     workflow_name: ClassVar[str]
     steps: ClassVar[tuple[StepSpec, ...]] = ()
     definition_digest: ClassVar[str] = ""
+    schedule: ClassVar[str | timedelta | None] = None
+    schedule_timezone: ClassVar[str | None] = None
+    schedule_missed: ClassVar[str | None] = None
+    schedule_kwargs: ClassVar[dict[str, Any] | None] = None
+    #: The checked schedule (None: the class is started only by hand).
+    schedule_spec: ClassVar[ScheduleSpec | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -64,6 +75,7 @@ class Workflow:
             cls.workflow_name = cls.__name__
         if not cls.steps:
             return  # an abstract base: not registered
+        cls.schedule_spec = from_class(cls.workflow_name, {a: getattr(cls, a) for a in SCHEDULE_ATTRIBUTES}, vars(cls))
         description = {"queue": cls.queue, "priority": cls.priority, "steps": [s.describe() for s in cls.steps]}
         cls.definition_digest = hashlib.sha256(
             json.dumps(description, sort_keys=True, default=str).encode()
@@ -160,6 +172,13 @@ class Workflow:
         #: In a transactional step, with SQLAlchemy installed: a ``Session`` in that same
         #: transaction, for the app's ORM models (flushed before the outcome is recorded).
         self.session: Any = None
+
+    @property
+    def tick(self) -> datetime | None:
+        """The tick (a UTC datetime) a scheduled run was started for: ``self.kwargs["tick"]``;
+        None in a run started otherwise."""
+        value = self.kwargs.get(TICK_KWARG)
+        return value if isinstance(value, datetime) else None
 
     def output_of(self, step_name: str) -> Any:
         """The stored output of an earlier completed step of this run."""

@@ -26,6 +26,8 @@ from pgbus_flask.engine import Engine
 from pgbus_flask.migrate import apply
 from pgbus_flask.testing import embedded_postgres, embedded_redis, empty, fresh_database
 
+from .schedule_helpers import declare  # noqa: F401  (a fixture: scheduled classes for one test)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

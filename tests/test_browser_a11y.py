@@ -4,7 +4,8 @@ axe-core (bundled in the ``axe-playwright-python`` wheel: nothing is fetched) ch
 light and a dark Chromium (``color_scheme``): the overview, the runs list with filters, a run page in
 each state that shows different parts (paused on an error with its action forms, waiting for a
 signal with the signal form, finished, waiting on a batch), the attention page with its groups, a
-batch page, the confirmation page, a 404 and the insights page. Any violation of impact "serious" or
+batch page, the confirmation page, a 404, the insights page and a schedule's page (the overview
+lists two schedules, one paused). Any violation of impact "serious" or
 "critical" fails the test, named with its rule, impact, help text and the elements' selectors.
 
 The keyboard test tabs through the run page and the attention page as an operator without a mouse
@@ -15,12 +16,14 @@ indicator, and the language menu and the live-updates switch must work with Ente
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from flask import Flask
 
 from . import test_browser
+from .schedule_helpers import Declare
 from .test_browser import Browsing, by_testid
 from .test_insights import seed as seed_insights
 from .webtools import seed_every_state
@@ -133,11 +136,17 @@ def open_confirm_page(page: Any, run_path: str) -> None:
     expect(by_testid(page, "confirm-form")).to_be_visible()
 
 
-def test_every_page_passes_axe_in_light_and_dark(app: Flask, browsing: Browsing) -> None:
+def test_every_page_passes_axe_in_light_and_dark(app: Flask, browsing: Browsing, declare: Declare) -> None:
     from playwright.sync_api import expect
 
+    from pgbus_flask import PgBus
+
+    declare("NightlyReport", "0 2 * * *", schedule_timezone="Europe/Berlin")
+    declare("Heartbeat", timedelta(minutes=5))  # the overview lists both, one paused: both forms show
+    with app.app_context():
+        PgBus().pause_schedule("NightlyReport", actor="cli:alice", reason="warehouse migration")
     setup, _ = browsing.page()
-    pages = pages_to_check(app, setup)
+    pages = [*pages_to_check(app, setup), ("schedule", "/pgbus/schedules/NightlyReport")]
     paused_run = pages[2][1]
     found: list[str] = []
     for scheme in SCHEMES:

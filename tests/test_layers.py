@@ -21,10 +21,10 @@ LAYERS: list[set[str]] = [
     {"errors", "states", "metrics"},  # metrics: prometheus_client's counters, no pgbus import
     {"config", "payload"},
     {"logs", "db", "attention", "insights", "rq_state"},
-    {"definition", "migrate", "testing", "orm"},
+    {"definition", "migrate", "testing", "orm", "schedule"},
     {"engine"},
     {"runner"},
-    {"handle"},
+    {"handle", "schedules"},
     {"workflow", "queries", "jobs", "sweep"},
     {"extension", "cli", "web", "alembic"},
     {"mcp_server"},  # the MCP server: the JSON API's reads and the CLI's words

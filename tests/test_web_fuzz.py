@@ -29,6 +29,7 @@ from werkzeug.exceptions import BadRequest
 from pgbus_flask.web import inputs
 
 from .conftest import work
+from .schedule_helpers import Declare
 from .webtools import csrf, engine_of, sql
 from .workflows import FailsUntil, FansOut, PausesItself, WaitsForPayment
 
@@ -174,7 +175,15 @@ def seeded(app: Flask) -> Iterator[dict[str, str]]:
     yield {"paused": str(paused.workflow_id), "waiting": str(waiting.workflow_id), "batch_id": str(batch_id)}
 
 
-def test_no_hostile_value_breaks_a_route_or_changes_what_it_must_not(app: Flask, seeded: dict[str, str]) -> None:
+#: Path arguments of the routes whose valid values differ from ``baseline_args``.
+ENDPOINT_ARGS = {"pgbus.schedule": {"workflow_class": "Fuzzed"}, "pgbus.api_schedule": {"workflow_class": "Fuzzed"},
+                 "pgbus.schedule_act": {"workflow_class": "Fuzzed", "action": "pause"},
+                 "pgbus.api_schedule_act": {"workflow_class": "Fuzzed", "action": "pause"}}
+
+
+def test_no_hostile_value_breaks_a_route_or_changes_what_it_must_not(app: Flask, seeded: dict[str, str],
+                                                                      declare: Declare) -> None:
+    declare("Fuzzed", "0 2 * * *")
     app.request_class = RecordingRequest
     client = app.test_client()
     prefix = "/pgbus"
@@ -184,12 +193,14 @@ def test_no_hostile_value_breaks_a_route_or_changes_what_it_must_not(app: Flask,
     # The forms the pages offer, by the endpoint they post to: their fields and valid values.
     adapter = app.url_map.bind("localhost")
     forms: dict[tuple[str, str], dict[str, str]] = {}
-    for page in (f"/pgbus/runs/{seeded['paused']}", f"/pgbus/runs/{seeded['waiting']}", "/pgbus/attention"):
+    for page in (f"/pgbus/runs/{seeded['paused']}", f"/pgbus/runs/{seeded['waiting']}", "/pgbus/attention",
+                 "/pgbus/schedules/Fuzzed"):
         for action, fields in forms_of(client.get(page).get_data(as_text=True)):
             endpoint, values = adapter.match(urlsplit(action).path, method="POST")
             key = (endpoint, str(values.get("action", "")))
             forms.setdefault(key, {**fields, "csrf_token": token})
-    assert {e for e, _ in forms} >= {"pgbus.act", "pgbus.signal", "pgbus.bulk"}, forms.keys()
+    assert {e for e, _ in forms} >= {"pgbus.act", "pgbus.signal", "pgbus.bulk", "pgbus.schedule_act"}, forms.keys()
+    forms[("pgbus.api_schedule_act", "pause")] = {"csrf_token": token, "reason": "fuzzing"}
 
     fuzz = Fuzzer(app, client, prefix + "/api")
     try:
@@ -207,6 +218,7 @@ def fuzz_every_rule(app: Flask, fuzz: Fuzzer, forms: dict[tuple[str, str], dict[
         missing = set(rule.arguments) - set(baseline_args)
         assert not missing, f"{rule.rule}: give the fuzz test a valid value for {missing}"
         args = {name: baseline_args[name] for name in rule.arguments}
+        args.update(ENDPOINT_ARGS.get(rule.endpoint, {}))
         for method in sorted({"GET", "POST"} & (rule.methods or set())):
             if method == "POST":
                 if rule.endpoint == "pgbus.signal":

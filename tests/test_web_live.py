@@ -24,7 +24,7 @@ from .workflows import FailsUntil, FansOut, ThreeSteps
 LIVE = {HEADER: "1"}
 #: The regions each live page marks, top to bottom.
 REGIONS = {
-    "overview": ["cards", "counts", "stuck"],
+    "overview": ["cards", "counts", "stuck", "schedules"],
     "runs": ["runs"],
     "run": ["header", "warnings", "actions", "signal", "timeline", "steps", "batches", "signals", "audit", "data"],
     "attention": ["groups"],

@@ -23,7 +23,7 @@ from werkzeug.wrappers import Response
 from .. import db, states
 from ..engine import Engine
 from ..errors import DatabaseUnavailable, PgbusError, SchemaMissing, WorkflowNotFound
-from . import api, embed, helpers, i18n, inputs, insights, live, messages, presenter, security, views
+from . import api, embed, helpers, i18n, inputs, insights, live, messages, presenter, schedule_pages, security, views
 from . import metrics as scrape
 
 log = logging.getLogger("pgbus_flask.web")
@@ -164,6 +164,7 @@ def make_blueprint(engine: Engine) -> Blueprint:
 
     pages = views.register(bp, engine)
     insights.register(bp, engine, pages)  # before the API's catch-all rule
+    schedule_pages.register(bp, engine, pages)
     embed.register(bp, engine)
     api.register(bp, engine, pages)
     scrape.register(bp, engine)
@@ -181,6 +182,8 @@ def _locale_url(locale: str) -> str:
         view_args = request.view_args or {}
         if "workflow_id" in view_args:
             return url_for("pgbus.run", workflow_id=view_args["workflow_id"], **asked)
+        if request.endpoint == "pgbus.schedule_act":
+            return url_for("pgbus.schedule", workflow_class=view_args["workflow_class"], **asked)
         if request.endpoint == "pgbus.bulk":
             return url_for("pgbus.attention", **asked)
     if request.method != "GET" or request.url_rule is None:

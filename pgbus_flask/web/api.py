@@ -1,5 +1,6 @@
 """JSON endpoints under the dashboard prefix (``/api/...``): the same reads as the pages, and a
-run's verbs (``POST /api/runs/<id>/actions/<action>``).
+run's verbs (``POST /api/runs/<id>/actions/<action>``; the schedules' reads and their
+pause/resume are in :mod:`pgbus_flask.web.schedule_pages`).
 
 They pass the same ``PGBUS_DASHBOARD_AUTH`` check; every error under ``/api``
 (a bad parameter, an unknown run, a path that names nothing, a wrong method)

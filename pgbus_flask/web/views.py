@@ -29,6 +29,7 @@ from ..workflow import Workflow, registry
 from . import helpers, inputs, notices
 from .i18n import bdi, gettext, markup, ugettext
 from .presenter import Presentation, batch_name, present
+from .schedules import overview_items as schedule_items
 from .timeline import BUCKETS, MAX_BARS, render_buckets
 from .timeline import render as render_timeline
 
@@ -131,7 +132,8 @@ class Pages:
         marked = {(cls, states.STUCK_REASON_STATUS[reason]): (reason, n) for (cls, reason), n in stuck.items()
                   if reason not in states.PAUSED_REASONS}
         return render("pgbus/overview.html", live=True, cards=cards, table=table, stuck=stuck_by_class,
-                      statuses=states.RUN_STATUSES, reasons=states.STUCK_REASONS, marked=marked)
+                      statuses=states.RUN_STATUSES, reasons=states.STUCK_REASONS, marked=marked,
+                      schedules=schedule_items(self.engine, g.pgbus_now))
 
     # -- runs list -----------------------------------------------------------------------
 
