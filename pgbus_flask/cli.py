@@ -54,11 +54,15 @@ def _echo(line: str) -> None:
     click.echo(terminal_safe(line))
 
 
-def _message(exc: Exception) -> str:
+def _message(exc: Exception | str) -> str:
     text = terminal_safe(exc)
     if len(text) > MESSAGE_LIMIT:
         text = f"{text[:MESSAGE_LIMIT]}... ({len(text) - MESSAGE_LIMIT:,} more characters)"
     return text
+
+
+#: The one line a refused command is told in; the MCP server says its refusals with it too.
+error_text = _message
 
 
 class BadInput(click.ClickException):
@@ -375,3 +379,21 @@ def _schedule_verb(action: str) -> None:
 
 _schedule_verb("pause")
 _schedule_verb("resume")
+
+
+@pgbus_cli.command("mcp")
+@click.option("--http", "http", metavar="HOST:PORT", default=None,
+              help="serve streamable HTTP at HOST:PORT (a loopback host; PORT alone: 127.0.0.1) instead of stdio")
+@click.option("--allow-remote", is_flag=True,
+              help="let --http serve on a host that is not loopback (the server has no authentication)")
+@with_appcontext
+def mcp_cmd(http: str | None, allow_remote: bool) -> None:
+    """Serve the MCP server for AI clients: read tools, and the write tools when PGBUS_MCP_WRITE is true."""
+    try:
+        from . import mcp_server
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in ("mcp", "mcp_types"):
+            raise
+        raise click.ClickException("the MCP server needs the mcp package: pip install 'pgbus-flask[mcp]'") from None
+    mcp_server.serve(current_app._get_current_object(), http=http,  # type: ignore[attr-defined]
+                     allow_remote=allow_remote)

@@ -76,6 +76,9 @@ KEYS: tuple[Key, ...] = (
     Key("PGBUS_METRICS_TOKEN", None,
         "bearer token a scraper sends to read <prefix>/metrics without the dashboard's auth (16+ characters)",
         "secret"),
+    Key("PGBUS_MCP_WRITE", False,
+        "let `flask pgbus mcp` offer the write tools (verbs, signals, bulk verbs); read tools only when false",
+        "bool"),
 )
 
 KEYS_BY_NAME: dict[str, Key] = {key.name: key for key in KEYS}
@@ -110,6 +113,7 @@ class Settings:
     translations: tuple[str, ...] = field(default=())
     metrics: bool = False
     metrics_token: str | None = field(default=None, repr=False)
+    mcp_write: bool = False
 
     @classmethod
     def load(cls, values: Mapping[str, Any]) -> Settings:
@@ -150,6 +154,7 @@ class Settings:
             translations=parsed["PGBUS_TRANSLATIONS"],
             metrics=parsed["PGBUS_METRICS"],
             metrics_token=parsed["PGBUS_METRICS_TOKEN"],
+            mcp_write=parsed["PGBUS_MCP_WRITE"],
         )
 
     @classmethod
@@ -181,6 +186,11 @@ def _check_metrics(parsed: Mapping[str, Any]) -> None:
     if parsed["PGBUS_DASHBOARD_PREFIX"] is None:
         raise ConfigError("PGBUS_METRICS", "is served under the dashboard's prefix, but PGBUS_DASHBOARD_PREFIX is"
                                            " None")
+
+
+def parse_value(name: str, value: Any) -> Any:
+    """One key's value, parsed and checked as :meth:`Settings.load` does (ConfigError naming it)."""
+    return _parse(KEYS_BY_NAME[name], value)
 
 
 def keyword_values(kwargs: Mapping[str, Any]) -> dict[str, Any]:

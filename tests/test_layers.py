@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
     {"handle", "schedules"},
     {"workflow", "queries", "jobs", "sweep"},
     {"extension", "cli", "web", "alembic"},
+    {"mcp_server"},  # the MCP server: the JSON API's reads and the CLI's words
     {"__init__"},
     {"demo_workflows"},  # written as an app would: from the package root
     {"demo"},
@@ -43,6 +44,7 @@ ALLOWED_LATE = {
     ("extension", "sweep"): "the sweep thread starts only when the app asks for it",
     ("extension", "migrate"): "migrate runs only when asked",
     ("demo", "sweep"): "the demo runs the sweep once while seeding",
+    ("cli", "mcp_server"): "the MCP server (and the optional mcp package) loads only when `flask pgbus mcp` runs",
 }
 
 

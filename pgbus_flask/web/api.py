@@ -61,6 +61,83 @@ def _presentation(p: Presentation, now: datetime) -> dict[str, Any]:
             "sentence": helpers.next_sentence(p, now).striptags(), "attention": p.attention}
 
 
+def overview_data(engine: Engine) -> dict[str, Any]:
+    """Runs by class and status, stuck runs by class and reason, and the overview's three totals."""
+    counts = queries.status_counts(engine)
+    stuck = queries.stuck_reason_counts(engine)
+    return {
+        "counts": [{"workflow_class": c, "status": s, "runs": n} for (c, s), n in sorted(counts.items())],
+        "stuck": [{"workflow_class": c, "reason": r, "runs": n} for (c, r), n in sorted(stuck.items())],
+        "ongoing": sum(n for (_, s), n in counts.items() if s in states.ONGOING),
+        "paused": sum(n for (_, s), n in counts.items() if s == "paused"),
+        "attention": sum(stuck.values()),
+    }
+
+
+def runs_data(engine: Engine, pages: Pages, filters: Mapping[str, str | None], before: int | None,
+              limit: int = PAGE_SIZE) -> dict[str, Any]:
+    """A page of the runs list (``filters`` as :data:`~pgbus_flask.web.views.FILTERS`, keyset cursor
+    ``before``), each run with its latest step and presentation, and the next page's cursor.
+    Needs an app context (the clock it reads the runs by is kept in ``g``)."""
+    pages.sync_clock()
+    rows, cursor = queries.list_runs(engine, queries.RunFilter(before=before, limit=limit, **filters))
+    runs = []
+    for row in rows:
+        item = {k: v for k, v in _row(row).items() if not k.startswith(("step_", "batch_"))}
+        item["latest_step"] = {k[5:]: v for k, v in row.items() if k.startswith("step_")}
+        item["presentation"] = _presentation(pages.present(row), g.pgbus_now)
+        runs.append(item)
+    return {"runs": runs, "next_before": cursor}
+
+
+def run_data(engine: Engine, pages: Pages, workflow_id: Any, steps_before: int | None = None,
+             events_before: int | None = None) -> dict[str, Any]:
+    """One run: its row, presentation, verbs allowed now, resume plan, a page of attempts and of
+    audit events, signals, batches, its parent and children, and outputs. Needs an app context."""
+    run = Run(engine, workflow_id)
+    pages.sync_clock(run.row["db_now"])
+    row = dict(run.row)
+    row["latest_step"] = run.latest_step
+    batches = run.batches()
+    latest = run.latest_step or {}
+    batch = next((b for b in batches if b["id"] == latest.get("batch_id")), None)
+    if batch is not None:
+        row.update(batch_done=batch["done"], batch_failed=batch["failed"], batch_total=batch["total"])
+    plan = run.resume_plan()
+    steps, events = run.steps_page(steps_before), run.events_page(events_before)
+    return {
+        "run": _row(run.row),
+        "presentation": _presentation(pages.present(row), g.pgbus_now),
+        "available_actions": run.available_actions,
+        "resume_plan": asdict(plan) if plan else None,
+        "definition_outdated": run.definition_outdated,
+        "class_loaded": run.class_loaded,
+        "steps": [_row(s) for s in steps.rows],
+        "older_steps": steps.older,
+        "events": [{**_row(e), "sentence": helpers.audit_sentence(e)} for e in events.rows],
+        "older_events": events.older,
+        "signals": [_row(s) for s in run.signals()],
+        "batches": [_row(b) for b in batches],
+        "parent": {"workflow_id": str(run.parent_id), "step": run.parent_step} if run.parent_id else None,
+        "children": [_row(c) for c in run.children()],
+        "outputs": run.outputs(),
+    }
+
+
+def attention_data(engine: Engine, workflow_class: str | None) -> dict[str, Any]:
+    """The attention groups, biggest first, each with its bulk verbs and their confirm sentences."""
+    groups = queries.attention_groups(engine, workflow_class)
+    return {"groups": [
+        {**asdict(group), "bulk_actions": list(helpers.BULK_BY_REASON[group.reason]),
+         "confirm": {a: helpers.bulk_confirm(a, group) for a in helpers.BULK_BY_REASON[group.reason]}}
+        for group in groups]}
+
+
+def jsonable(data: Any) -> Any:
+    """``data`` as plain JSON values, as :func:`reply` writes them (times and ids as strings)."""
+    return json.loads(json.dumps(data, default=_default, ensure_ascii=False))
+
+
 class Api:
     """The JSON reads of one dashboard."""
 
@@ -69,61 +146,18 @@ class Api:
         self.pages = pages
 
     def overview(self) -> Response:
-        counts = queries.status_counts(self.engine)
-        stuck = queries.stuck_reason_counts(self.engine)
-        return reply({
-            "counts": [{"workflow_class": c, "status": s, "runs": n} for (c, s), n in sorted(counts.items())],
-            "stuck": [{"workflow_class": c, "reason": r, "runs": n} for (c, r), n in sorted(stuck.items())],
-            "ongoing": sum(n for (_, s), n in counts.items() if s in states.ONGOING),
-            "paused": sum(n for (_, s), n in counts.items() if s == "paused"),
-            "attention": sum(stuck.values()),
-        })
+        return reply(overview_data(self.engine))
 
     def runs(self) -> Response:
         filters = read_filters()
         before = inputs.whole_number(request.args.get("before"), "before")
-        self.pages.sync_clock()
-        rows, cursor = queries.list_runs(self.engine, queries.RunFilter(before=before, limit=PAGE_SIZE, **filters))
-        runs = []
-        for row in rows:
-            item = {k: v for k, v in _row(row).items() if not k.startswith(("step_", "batch_"))}
-            item["latest_step"] = {k[5:]: v for k, v in row.items() if k.startswith("step_")}
-            item["presentation"] = _presentation(self.pages.present(row), g.pgbus_now)
-            runs.append(item)
-        return reply({"runs": runs, "next_before": cursor})
+        return reply(runs_data(self.engine, self.pages, filters, before))
 
     def run(self, workflow_id: str) -> Response:
         steps_before = inputs.whole_number(request.args.get("steps_before"), "steps_before")
         events_before = inputs.whole_number(request.args.get("events_before"), "events_before")
-        run = Run(self.engine, workflow_id)
-        self.pages.sync_clock(run.row["db_now"])
-        row = dict(run.row)
-        row["latest_step"] = run.latest_step
-        batches = run.batches()
-        latest = run.latest_step or {}
-        batch = next((b for b in batches if b["id"] == latest.get("batch_id")), None)
-        if batch is not None:
-            row.update(batch_done=batch["done"], batch_failed=batch["failed"], batch_total=batch["total"])
-        plan = run.resume_plan()
-        steps, events = run.steps_page(steps_before), run.events_page(events_before)
-        return reply({
-            "run": _row(run.row),
-            "presentation": _presentation(self.pages.present(row), g.pgbus_now),
-            "available_actions": run.available_actions,
-            "resume_plan": asdict(plan) if plan else None,
-            "definition_outdated": run.definition_outdated,
-            "class_loaded": run.class_loaded,
-            "steps": [_row(s) for s in steps.rows],
-            "older_steps": steps.older,
-            "events": [{**_row(e), "sentence": helpers.audit_sentence(e)} for e in events.rows],
-            "older_events": events.older,
-            "signals": [_row(s) for s in run.signals()],
-            "batches": [_row(b) for b in batches],
-            "parent": {"workflow_id": str(run.parent_id), "step": run.parent_step} if run.parent_id else None,
-            "children": [_row(c) for c in run.children()],
-            "outputs": run.outputs(),
-            "csrf_token": security.csrf_token(),
-        })
+        return reply({**run_data(self.engine, self.pages, workflow_id, steps_before, events_before),
+                      "csrf_token": security.csrf_token()})
 
     def act(self, workflow_id: str, action: str) -> Response:
         """A verb on a run, as the dashboard's buttons do it (actor ``dashboard:NAME``): the run's
@@ -156,11 +190,7 @@ class Api:
                       "definition_outdated": run.definition_outdated})
 
     def attention(self) -> Response:
-        groups = queries.attention_groups(self.engine, inputs.text(request.args, "workflow_class"))
-        return reply({"groups": [
-            {**asdict(group), "bulk_actions": list(helpers.BULK_BY_REASON[group.reason]),
-             "confirm": {a: helpers.bulk_confirm(a, group) for a in helpers.BULK_BY_REASON[group.reason]}}
-            for group in groups]})
+        return reply(attention_data(self.engine, inputs.text(request.args, "workflow_class")))
 
     def batch(self, batch_id: str) -> Response:
         number = inputs.whole_number(batch_id, "batch_id")

@@ -1,0 +1,182 @@
+"""Serving the tools: listing them, checking a call's arguments, answering it in a worker thread
+inside an app context, and saying a refusal as a tool error; over stdio or streamable HTTP."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import re
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import click
+import mcp_types as types
+import psycopg
+from flask import Flask
+from jsonschema import Draft202012Validator
+from mcp.server import Server, ServerRequestContext
+from mcp.server.stdio import stdio_server
+
+from .. import db
+from ..cli import error_text, terminal_safe
+from ..engine import Engine
+from ..errors import PgbusError
+from ..web import api
+from ..web.views import Pages
+from .base import CLIENT_NAME_LIMIT, INSTRUCTIONS, READ_ONLY_NOTE, SERVER_NAME, Call, Tool
+from .reads import READ_TOOLS
+from .writes import write_tools
+
+log = logging.getLogger("pgbus_flask.mcp")
+
+
+def tools(write: bool) -> dict[str, Tool]:
+    """The tools a server offers, by name."""
+    return {tool.name: tool for tool in (*READ_TOOLS, *(write_tools() if write else ()))}
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _sendable(value: Any) -> Any:
+    """JSON values with each lone surrogate written as its ``\\udcff`` escape (UTF-8 cannot carry one;
+    this is how stored text shows them everywhere else)."""
+    if isinstance(value, str):
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", value) if _SURROGATE.search(value) else value
+    if isinstance(value, list):
+        return [_sendable(item) for item in value]
+    if isinstance(value, dict):
+        return {_sendable(k): _sendable(v) for k, v in value.items()}
+    return value
+
+
+def refusal(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=_sendable(text))], is_error=True)
+
+
+def client_actor(name: Any) -> str:
+    """``mcp:<name>``: the client's name as it said it, escaped (control and bidi characters) and cut;
+    ``mcp:unknown`` when it said none."""
+    shown = terminal_safe(name.strip())[:CLIENT_NAME_LIMIT].strip() if isinstance(name, str) else ""
+    return "mcp:" + (shown or "unknown")
+
+
+def _client_name(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    params = ctx.session.client_params
+    info = params.client_info if params is not None else None
+    return info.name if info is not None else None
+
+
+def _check_arguments(tool: Tool, args: Any) -> str | None:
+    """What is wrong with ``args`` for ``tool`` (naming the argument), or None."""
+    if not isinstance(args, dict):
+        return "arguments must be an object"
+    error = next(iter(sorted(Draft202012Validator(tool.input_schema()).iter_errors(args),
+                             key=lambda e: list(e.path))), None)
+    if error is None:
+        return None
+    where = ".".join(str(part) for part in error.path)
+    if error.validator == "additionalProperties":
+        known = ", ".join(tool.params) or "none"
+        extra = sorted(set(args) - set(tool.params))
+        return f"{tool.name} takes no argument {extra[0]!r} (its arguments: {known})"
+    return f"{where}: {error.message}" if where else error.message
+
+
+class McpServer:
+    """The tools of one app, served to one or more MCP clients."""
+
+    def __init__(self, app: Flask, *, write: bool) -> None:
+        self.app = app
+        self.engine: Engine = app.extensions["pgbus"]
+        self.write = write
+        self.tools = tools(write)
+        self.pages = Pages(self.engine)
+        instructions = INSTRUCTIONS + ("" if write else " " + READ_ONLY_NOTE)
+        self.server: Server[Any] = Server(SERVER_NAME, version=_version(), instructions=instructions,
+                                          on_list_tools=self.list_tools, on_call_tool=self.call_tool)
+
+    async def list_tools(self, ctx: ServerRequestContext[Any, Any],
+                         params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[tool.as_mcp() for tool in self.tools.values()])
+
+    async def call_tool(self, ctx: ServerRequestContext[Any, Any],
+                        params: types.CallToolRequestParams) -> types.CallToolResult:
+        tool = self.tools.get(params.name)
+        if tool is None:
+            if any(t.name == params.name for t in write_tools()):
+                return refusal(f"{params.name} is a write tool, and this server is read-only: "
+                               "set PGBUS_MCP_WRITE=true where it starts to offer the write tools")
+            return refusal(f"no tool is named {error_text(repr(params.name))} (known: {', '.join(self.tools)})")
+        args = params.arguments or {}
+        problem = _check_arguments(tool, args)
+        if problem is not None:
+            return refusal(error_text(problem))
+        # JSON Schema counts 20.0 as an integer: the tools get it as one.
+        whole = {k: int(v) if isinstance(v, float) and tool.params[k].get("type") == "integer" else v
+                 for k, v in args.items()}
+        actor = client_actor(_client_name(ctx))
+        return await anyio.to_thread.run_sync(self.answer, tool, whole, actor)
+
+    def answer(self, tool: Tool, args: dict[str, Any], actor: str) -> types.CallToolResult:
+        """Run ``tool`` (in a worker thread, in an app context): its result, or its refusal."""
+        try:
+            with self.app.app_context():
+                data, text = tool.answer(Call(self.engine, self.pages, actor), args)
+            structured = _sendable(api.jsonable(data))
+        except PgbusError as exc:
+            return refusal(error_text(exc))
+        except psycopg.Error as exc:
+            translated = db.translate(exc)
+            if translated is None:
+                log.exception("pgbus MCP: %s failed", tool.name)
+                return refusal(f"{tool.name} failed: PostgreSQL refused it ({type(exc).__name__}); nothing was "
+                               "changed. The server's log has the details.")
+            return refusal(error_text(translated))
+        except Exception as exc:
+            log.exception("pgbus MCP: %s failed", tool.name)
+            return refusal(f"{tool.name} failed with an unexpected {type(exc).__name__}; the server's log has "
+                           "the details.")
+        return types.CallToolResult(content=[types.TextContent(type="text", text=_sendable(text))],
+                                    structured_content=structured, is_error=False)
+
+    # -- transports -------------------------------------------------------------------------------
+
+    async def serve_stdio(self) -> None:
+        async with stdio_server() as (read, write):
+            await self.server.run(read, write, self.server.create_initialization_options())
+
+    def serve_http(self, host: str, port: int) -> None:
+        import uvicorn
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        security = None
+        if is_loopback(host):  # refuse other Host and Origin headers (DNS rebinding)
+            names = sorted({f"[{h}]" if ":" in h else h for h in (host, "127.0.0.1", "localhost", "::1")})
+            security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
+                                                 allowed_hosts=[f"{n}:*" for n in names],
+                                                 allowed_origins=[f"http://{n}:*" for n in names])
+        starlette = self.server.streamable_http_app(host=host, transport_security=security)
+        shown = f"[{host}]" if ":" in host else host
+        click.echo(f"pgbus MCP server ({'read and write' if self.write else 'read-only'}) on "
+                   f"http://{shown}:{port}/mcp", err=True)
+        uvicorn.Server(uvicorn.Config(starlette, host=host, port=port, log_level="warning")).run()
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pgbus-flask")
+    except PackageNotFoundError:  # pragma: no cover - a source tree without metadata
+        return ""
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

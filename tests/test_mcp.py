@@ -1,0 +1,540 @@
+"""``flask pgbus mcp``: a real subprocess driven by the ``mcp`` client over stdio (and one over
+streamable HTTP), on the test database; its answers checked against the runs themselves, the JSON
+API and the CLI."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import anyio
+import pytest
+from flask import Flask
+from mcp import Client, StdioServerParameters
+from mcp_types import CallToolResult, Implementation
+
+from pgbus_flask import insights, queries, states
+from pgbus_flask.handle import Run
+from pgbus_flask.mcp_server import READ_TOOLS, VERBS, client_actor, parse_http, tools, write_enabled, write_tools
+from pgbus_flask.sweep import sweep
+from pgbus_flask.testing import wait_until
+
+from .conftest import ROOT, work
+from .procs import free_port
+from .workflows import FailsUntil, ThreeSteps, WaitsForPayment
+
+CLIENT = "pgbus-tests"
+READ_NAMES = [tool.name for tool in READ_TOOLS]
+WRITE_NAMES = [tool.name for tool in write_tools()]
+# What a summary must never carry raw: C0/C1 controls but newline, and the bidi controls.
+UNSAFE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+HOSTILE = "<script>alert('x')</script> \x1b[31mred\x1b[0m \u202eevil\u202c \u2066iso\u2069 & \"q\" \x07"
+
+
+def server_env(pg_url: str, redis_url: str, write: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PGBUS_")}
+    env.update(PYTHONPATH=os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]),
+               TEST_APP_DATABASE_URL=pg_url, TEST_APP_REDIS_URL=redis_url, PGBUS_MCP_WRITE="true" if write else "0")
+    return env
+
+
+FLASK = [sys.executable, "-m", "flask", "--app", "tests.app_factory:create_app", "pgbus", "mcp"]
+
+
+def talk(env: dict[str, str], body: Callable[[Client], Awaitable[None]], *, name: str | None = CLIENT,
+         mode: str = "auto") -> None:
+    """Start ``flask pgbus mcp`` as a subprocess, connect over stdio as client ``name``, run ``body``."""
+    params = StdioServerParameters(command=FLASK[0], args=FLASK[1:], env=env, cwd=ROOT)
+    info = Implementation(name=name, version="1.0") if name is not None else None
+
+    async def main() -> None:
+        with anyio.fail_after(60):
+            async with Client(params, client_info=info, mode=mode) as client:
+                await body(client)
+
+    anyio.run(main)
+
+
+def text_of(result: CallToolResult) -> str:
+    [content] = result.content
+    assert content.type == "text"
+    return content.text  # type: ignore[union-attr,no-any-return]
+
+
+async def ok(client: Client, tool: str, args: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """Call ``tool``; its structured result and its summary (which carries nothing unsafe)."""
+    result = await client.call_tool(tool, args or {})
+    assert not result.is_error, text_of(result)
+    summary = text_of(result)
+    assert summary and not UNSAFE.search(summary), summary
+    assert result.structured_content is not None
+    return result.structured_content, summary
+
+
+async def refused(client: Client, tool: str, args: dict[str, Any]) -> str:
+    result = await client.call_tool(tool, args)
+    assert result.is_error and result.structured_content is None
+    return text_of(result)
+
+
+def cli_error(app: Flask, *args: str) -> str:
+    """What ``flask pgbus ARGS`` says when it refuses (click's "Error: " prefix taken off)."""
+    result = app.test_cli_runner().invoke(args=["pgbus", *args])
+    assert result.exit_code in (1, 2), result.output
+    return result.output.strip().removeprefix("Error: ")
+
+
+def api(app: Flask, path: str) -> Any:
+    response = app.test_client().get("/pgbus/api" + path)
+    assert response.status_code == 200, response.data
+    return response.get_json()
+
+
+def every_table(app: Flask) -> Any:
+    with app.extensions["pgbus"].db.connection() as conn:
+        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall()
+                for t in ("pgbus_workflows", "pgbus_workflow_steps", "pgbus_workflow_events",
+                          "pgbus_workflow_signals")}
+
+
+# -- the tool lists ---------------------------------------------------------------------------
+
+
+def test_tool_lists_with_write_off_and_on(app: Flask, pg_url: str, redis_url: str) -> None:
+    with app.app_context():
+        run = FailsUntil.start(fail_until=1)
+    work(app.extensions["pgbus"])
+    before = every_table(app)
+
+    async def read_only(client: Client) -> None:
+        listed = (await client.list_tools()).tools
+        assert [t.name for t in listed] == READ_NAMES
+        for t in listed:
+            assert t.output_schema and t.description and t.annotations and t.annotations.read_only_hint
+        assert "PGBUS_MCP_WRITE" in (client.instructions or "") and "stalled" in (client.instructions or "")
+        # a write tool, asked for by name anyway, is refused and changes nothing
+        text = await refused(client, "resume", {"workflow_id": str(run.workflow_id), "reason": "try"})
+        assert "read-only" in text and "PGBUS_MCP_WRITE" in text
+        text = await refused(client, "no_such_tool", {})
+        assert "no tool is named 'no_such_tool'" in text
+
+    talk(server_env(pg_url, redis_url, write=False), read_only)
+    assert every_table(app) == before
+
+    async def writable(client: Client) -> None:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert list(listed) == READ_NAMES + WRITE_NAMES
+        assert [v.action for v in VERBS] == ["pause", "resume", "resume_at", "run_now", "reschedule", "skip", "rerun",
+                                             "cancel"]
+        for name in WRITE_NAMES:
+            tool = listed[name]
+            assert "reason" in tool.input_schema["required"], name
+            assert "reason" in (tool.description or "") and tool.annotations
+            assert tool.annotations.read_only_hint is False
+        assert listed["cancel"].annotations.destructive_hint  # type: ignore[union-attr]
+        assert listed["resume_at"].input_schema["required"] == ["workflow_id", "step", "reason"]
+        assert listed["bulk"].input_schema["properties"]["action"]["enum"] == list(states.BULK_ACTIONS)
+
+    talk(server_env(pg_url, redis_url, write=True), writable)
+
+
+def test_write_tools_follow_the_setting(app: Flask) -> None:
+    assert write_enabled(app, {}) is False  # the default
+    assert write_enabled(app, {"PGBUS_MCP_WRITE": "true"}) is True
+    assert write_enabled(app, {"PGBUS_MCP_WRITE": "0"}) is False
+    assert set(tools(False)) == set(READ_NAMES)
+    assert set(tools(True)) == set(READ_NAMES) | set(WRITE_NAMES)
+
+
+@pytest.mark.settings(PGBUS_MCP_WRITE=True)
+def test_write_tools_from_the_apps_config(app: Flask) -> None:
+    assert write_enabled(app, {}) is True
+    assert write_enabled(app, {"PGBUS_MCP_WRITE": "no"}) is False  # the environment wins
+
+
+# -- read tools against what the runs are -------------------------------------------------------------
+
+
+def test_read_tools_say_what_the_runs_are(app: Flask, pg_url: str, redis_url: str) -> None:
+    engine = app.extensions["pgbus"]
+    with app.app_context():
+        failed = FailsUntil.start(fail_until=1, subject=("Invoice", "9"))
+        done = ThreeSteps.start(order_id=4)
+        waiting = WaitsForPayment.start()
+    work(engine)
+    sweep(engine)  # folds the insights roll-ups
+    failed, done, waiting = (run.refresh() for run in (failed, done, waiting))
+    assert (failed.status, done.status, waiting.status) == ("paused", "finished", "waiting")
+    unknown = "00000000-0000-0000-0000-000000000000"
+
+    async def body(client: Client) -> None:
+        data, text = await ok(client, "overview")
+        overview = api(app, "/overview")
+        assert {k: data[k] for k in overview} == overview
+        assert data["runs_by_status"] == {"ready": 0, "running": 0, "waiting": 1, "paused": 1, "finished": 1,
+                                          "cancelled": 0}
+        assert data["stuck_by_reason"]["paused_error"] == 1 and data["attention"] == 1
+        assert "1 run needs attention (1 paused_error)" in text
+
+        data, text = await ok(client, "list_runs", {"status": "paused"})
+        assert [r["workflow_id"] for r in data["runs"]] == [str(failed.workflow_id)]
+        assert data["runs"][0]["presentation"]["attention"] == "paused_error"
+        assert data["next_before"] is None and str(failed.workflow_id) in text
+        listed = api(app, "/runs?status=paused")["runs"]
+        assert [{k: v for k, v in r.items() if k != "presentation"} for r in data["runs"]] == \
+            [{k: v for k, v in r.items() if k != "presentation"} for r in listed]
+
+        # keyset pages: one run a page, newest first, the cursor of the JSON API
+        seen, before = [], None
+        while True:
+            args: dict[str, Any] = {"limit": 1, **({"before": before} if before else {})}
+            data, _ = await ok(client, "list_runs", args)
+            seen += [r["workflow_id"] for r in data["runs"]]
+            before = data["next_before"]
+            if before is None:
+                break
+        rows, _ = queries.list_runs(engine, queries.RunFilter(limit=10))
+        assert seen == [str(r["workflow_id"]) for r in rows] == [str(r.workflow_id) for r in (waiting, done, failed)]
+        data, _ = await ok(client, "list_runs", {"limit": 2.0})  # a whole number sent as a float
+        assert [r["workflow_id"] for r in data["runs"]] == seen[:2]
+        data, _ = await ok(client, "list_runs", {"subject": "Invoice 9"})
+        assert [r["workflow_id"] for r in data["runs"]] == [str(failed.workflow_id)]
+        data, _ = await ok(client, "list_runs", {"text": str(done.workflow_id)[:8]})
+        assert [r["workflow_id"] for r in data["runs"]] == [str(done.workflow_id)]
+        data, _ = await ok(client, "list_runs", {"stuck_reason": "paused_error", "workflow_class": "FailsUntil"})
+        assert [r["workflow_id"] for r in data["runs"]] == [str(failed.workflow_id)]
+
+        # one run, named by a prefix as the CLI names it
+        data, text = await ok(client, "show_run", {"workflow_id": str(failed.workflow_id)[:8]})
+        assert data["run"]["workflow_id"] == str(failed.workflow_id) and data["run"]["status"] == "paused"
+        assert data["available_actions"] == failed.available_actions
+        assert data["resume_plan"] == asdict(failed.resume_plan()) == {"action": "retry", "step": "capture"}
+        assert data["definition_outdated"] is False and data["class_loaded"] is True
+        assert [(s["step_name"], s["status"], s["error_class"]) for s in data["steps"]] == \
+            [(s["step_name"], s["status"], s["error_class"]) for s in failed.steps()] == \
+            [("capture", "failed", "TimeoutError")]
+        assert "TimeoutError" in data["steps"][0]["backtrace"]
+        assert [(e["event"], e["actor"]) for e in data["events"]] == [(e["event"], e["actor"]) for e in failed.events()]
+        whole = api(app, f"/runs/{failed.workflow_id}")
+        assert {k: v for k, v in data.items() if k != "presentation"} == \
+            {k: v for k, v in whole.items() if k not in ("presentation", "csrf_token")}
+        assert "paused at capture" in text and "Resume would: retry capture" in text
+        assert "Latest error: capture #1: TimeoutError: gateway timed out on attempt 1" in text
+        assert "Subject: Invoice 9" in text
+
+        data, _ = await ok(client, "show_run", {"workflow_id": str(waiting.workflow_id)})
+        assert data["run"]["current_step"] == "confirm" and data["resume_plan"] is None
+        assert data["available_actions"] == waiting.available_actions
+        assert data["outputs"] == waiting.outputs() == {"invoice": "invoiced"}
+        data, _ = await ok(client, "show_run", {"workflow_id": str(done.workflow_id)})
+        assert data["outputs"] == done.outputs() and data["available_actions"] == ["rerun"]
+
+        # attention
+        data, text = await ok(client, "attention_groups")
+        assert data == api(app, "/attention")
+        [group] = data["groups"]
+        assert (group["workflow_class"], group["step_name"], group["reason"], group["error_class"], group["count"]) \
+            == ("FailsUntil", "capture", "paused_error", "TimeoutError", 1)
+        assert "1 run paused_error at FailsUntil.capture on TimeoutError" in text
+        key = {"workflow_class": "FailsUntil", "step_name": "capture", "stuck_reason": "paused_error",
+               "error_class": "TimeoutError"}
+        data, _ = await ok(client, "attention_run_ids", key)
+        assert data["workflow_ids"] == [str(failed.workflow_id)] and data["group"] == key
+
+        # insights, as the JSON API computes them
+        data, text = await ok(client, "class_insights", {"workflow_class": "ThreeSteps"})
+        expected = insights.insights(engine, "ThreeSteps", "24h", ["reserve", "charge", "ship"]).as_json()
+        for name in ("window", "started", "finished", "cancelled", "failed", "funnel", "errors"):
+            assert data[name] == expected[name], name
+        assert [s["step"] for s in data["steps"]] == ["reserve", "charge", "ship"]
+        assert data["started"] == 1 and data["finished"] == 1
+        assert "ThreeSteps over 24h: 1 started, 1 finished" in text
+
+        # bad input: a clear error naming what was wrong (the CLI's words where the CLI has them)
+        assert await refused(client, "show_run", {"workflow_id": unknown}) == cli_error(app, "show", unknown)
+        assert await refused(client, "show_run", {"workflow_id": "zz"}) == cli_error(app, "show", "zz")
+        assert "status: 'bogus' is not one of" in await refused(client, "list_runs", {"status": "bogus"})
+        assert "limit: 0 is less than the minimum of 1" in await refused(client, "list_runs", {"limit": 0})
+        assert "takes no argument 'colour'" in await refused(client, "list_runs", {"colour": "red"})
+        assert "'workflow_id' is a required property" in await refused(client, "show_run", {})
+        assert "window: '2d' is not one of" in await refused(client, "class_insights",
+                                                            {"workflow_class": "ThreeSteps", "window": "2d"})
+
+    talk(server_env(pg_url, redis_url, write=False), body)
+
+
+# -- write tools --------------------------------------------------------------------------------------
+
+
+def events_by(run: Run, actor: str) -> list[tuple[str, str | None]]:
+    return [(e["event"], e["reason"]) for e in run.events() if e["actor"] == actor]
+
+
+def test_every_verb_records_the_client_and_refuses_as_the_cli(app: Flask, pg_url: str, redis_url: str) -> None:
+    engine = app.extensions["pgbus"]
+    with app.app_context():
+        run = ThreeSteps.start(order_id=7)  # ready at reserve; no worker runs it
+    actor = f"mcp:{CLIENT}"
+    rid = str(run.workflow_id)
+
+    async def body(client: Client) -> None:
+        data, text = await ok(client, "reschedule", {"workflow_id": rid, "at": "2030-01-01T09:00:00+00:00",
+                                                     "reason": "after the holidays"})
+        assert data == {"action": "reschedule", "workflow_id": rid, "status": "ready", "current_step": "reserve",
+                        "available_actions": run.refresh().available_actions, "resume_plan": None}
+        assert run.latest_step["scheduled_at"] == datetime(2030, 1, 1, 9, tzinfo=timezone.utc)  # type: ignore[index]
+        assert f"reschedule done by {actor}: run {rid} is now ready at reserve." == text
+
+        await ok(client, "run_now", {"workflow_id": rid[:8], "reason": "now after all"})
+        assert run.refresh().latest_step["scheduled_at"] < datetime.now(timezone.utc) + timedelta(seconds=5)  # type: ignore[index]
+        data, _ = await ok(client, "pause", {"workflow_id": rid, "reason": "hold on"})
+        assert data["status"] == run.refresh().status == "paused"
+        data, text = await ok(client, "resume", {"workflow_id": rid, "reason": "go on"})
+        assert data["resume_plan"] == {"action": "run", "step": "reserve"} and data["status"] == "ready"
+        assert "resume (run reserve) done by" in text
+        data, _ = await ok(client, "skip", {"workflow_id": rid, "reason": "reserved by hand"})
+        assert data["current_step"] == run.refresh().current_step == "charge"
+        data, _ = await ok(client, "resume_at", {"workflow_id": rid, "step": "reserve", "reason": "redo it"})
+        assert data["current_step"] == "reserve" and data["status"] == "ready"
+        data, _ = await ok(client, "cancel", {"workflow_id": rid, "reason": "customer left"})
+        assert data["status"] == run.refresh().status == "cancelled" and data["available_actions"] == ["rerun"]
+
+        # refused: the run's status does not allow it; the CLI's words; nothing changed
+        before = every_table(app)
+        text = await refused(client, "pause", {"workflow_id": rid, "reason": "again"})
+        assert text == cli_error(app, "pause", rid, "--reason", "again") \
+            == "cannot pause a cancelled run; allowed now: rerun"
+        assert await refused(client, "resume_at", {"workflow_id": rid, "step": "nope", "reason": "x"}) == \
+            cli_error(app, "resume-at", rid, "nope", "--reason", "x")
+        # a missing or empty reason, a bad time, an unknown step
+        assert "'reason' is a required property" in await refused(client, "rerun", {"workflow_id": rid})
+        assert await refused(client, "rerun", {"workflow_id": rid, "reason": " \n "}) == \
+            "reason is required: say why (it is recorded in the run's audit trail)"
+        assert "at 'tomorrow' is not an ISO 8601 date and time" in await refused(
+            client, "reschedule", {"workflow_id": rid, "at": "tomorrow", "reason": "x"})
+        assert await refused(client, "rerun", {"workflow_id": rid, "step": "nope", "reason": "x"}) == \
+            cli_error(app, "rerun", rid, "--step", "nope", "--reason", "x")
+        assert every_table(app) == before
+
+        data, _ = await ok(client, "rerun", {"workflow_id": rid, "step": "reserve", "reason": "once more"})
+        assert data["status"] == "ready" and data["current_step"] == "reserve"
+
+    talk(server_env(pg_url, redis_url, write=True), body)
+    assert [e for e in events_by(run, actor) if e[1] is not None] == [
+        ("rescheduled", "after the holidays"), ("run_now", "now after all"), ("paused", "hold on"),
+        ("resumed", "go on"), ("step_skipped", "reserved by hand"), ("resumed", "redo it"),
+        ("cancelled", "customer left"), ("rerun", "once more"),
+    ]
+    assert not [e for e in run.events() if e["actor"].startswith("cli:")]  # the CLI's refusals changed nothing
+    work(engine)
+    assert run.refresh().status == "finished"
+
+
+def test_signals_and_bulk_verbs(app: Flask, pg_url: str, redis_url: str) -> None:
+    engine = app.extensions["pgbus"]
+    with app.app_context():
+        waiting = WaitsForPayment.start()
+        stuck = [FailsUntil.start(fail_until=1) for _ in range(2)]
+        finished = ThreeSteps.start()
+    work(engine)
+    actor = "mcp:bulk-client"
+    payload = {"amount": "42.00", "html": HOSTILE, "nul": "a\x00b", "big": "x" * 10_240, "list": [1, None, True]}
+
+    async def body(client: Client) -> None:
+        data, text = await ok(client, "send_signal", {"workflow_id": str(waiting.workflow_id),
+                                                      "name": "payment_confirmed", "payload": payload,
+                                                      "idempotency_key": "pi_1", "reason": "paid by phone"})
+        assert data["signal"]["payload"] == payload and data["signal"]["status"] == "claimed"
+        assert data["signal"]["duplicate_delivery"] is False and data["status"] == "ready"
+        data, text = await ok(client, "send_signal", {"workflow_id": str(waiting.workflow_id),
+                                                      "name": "payment_confirmed", "idempotency_key": "pi_1",
+                                                      "reason": "again"})
+        assert data["signal"]["duplicate_delivery"] is True and text.startswith("Duplicate delivery")
+        assert await refused(client, "send_signal", {"workflow_id": str(finished.workflow_id), "name": "go",
+                                                     "reason": "x"}) == \
+            cli_error(app, "signal", str(finished.workflow_id), "go", "--reason", "x")
+
+        group = {"workflow_class": "FailsUntil", "step_name": "capture", "stuck_reason": "paused_error",
+                 "error_class": "TimeoutError"}
+        data, text = await ok(client, "bulk", {"action": "resume", **group, "reason": "gateway back"})
+        assert data == {"action": "resume", "group": group, "moved": 2, "refused": 0, "errors": {}}
+        assert text == "resume: 2 moved, 0 refused."
+        data, _ = await ok(client, "bulk", {"action": "cancel", **group, "reason": "none left"})
+        assert data["moved"] == 0  # the group is empty now
+        assert "action: 'retry' is not one of" in await refused(client, "bulk", {"action": "retry", **group,
+                                                                                 "reason": "x"})
+
+    talk(server_env(pg_url, redis_url, write=True), body, name="bulk-client")
+    work(engine)
+    assert waiting.refresh().status == "finished"
+    assert waiting.outputs()["confirm"]["paid"] == payload  # exactly, NUL and all
+    [signal] = waiting.signals()
+    assert signal["sent_by"] == actor
+    for run in stuck:
+        assert run.refresh().status == "finished"
+        assert ("resumed", "gateway back") in events_by(run, actor)
+
+
+def test_hostile_strings_round_trip_and_are_capped_as_elsewhere(app: Flask, pg_url: str, redis_url: str) -> None:
+    engine = app.extensions["pgbus"]
+    with app.app_context():
+        run = FailsUntil.start(fail_until=1, subject=("Order<b>", HOSTILE))
+    work(engine)
+    rid = str(run.workflow_id)
+    name = "evil\x1b[2J\u202e<img src=x>\n" + "n" * 300
+    actor = client_actor(name)
+    assert actor.startswith("mcp:evil\\x1b[2J\\u202e<img src=x>\\n") and len(actor) == len("mcp:") + 48
+    long_reason = "r" * 10_240
+
+    async def body(client: Client) -> None:
+        before = every_table(app)
+        text = await refused(client, "resume", {"workflow_id": rid, "reason": long_reason})
+        assert text == cli_error(app, "resume", rid, "--reason", long_reason) \
+            == "reason is 10,240 characters long; at most 1,000 are allowed"
+        text = await refused(client, "resume", {"workflow_id": rid, "reason": "a\x00b"})
+        assert text == "reason contains a NUL character at position 1, which cannot be stored"
+        assert every_table(app) == before
+
+        data, text = await ok(client, "resume", {"workflow_id": rid, "reason": HOSTILE})
+        assert "\\x1b[2J" in text and "\\u202e" in text  # the actor, escaped, in the summary
+        data, text = await ok(client, "show_run", {"workflow_id": rid})
+        assert data["run"]["subject_id"] == HOSTILE  # exact in the structured result
+        assert [e["reason"] for e in data["events"] if e["actor"] == actor] == [HOSTILE, None]
+        assert "Subject: Order<b> <script>alert('x')</script> \\x1b[31mred" in text  # escaped in the summary
+        data, text = await ok(client, "list_runs", {"subject": "Order<b>"})
+        assert [r["subject_id"] for r in data["runs"]] == [HOSTILE]
+
+    talk(server_env(pg_url, redis_url, write=True), body, name=name)
+    resumed = [e for e in run.events() if e["event"] == "resumed"]
+    assert [(e["actor"], e["reason"]) for e in resumed] == [(actor, HOSTILE)]
+
+
+def test_the_actor_comes_from_the_initialize_handshake(app: Flask, pg_url: str, redis_url: str) -> None:
+    """An older client (the initialize handshake, as most desktop clients speak) names itself there."""
+    with app.app_context():
+        run = ThreeSteps.start()
+
+    async def body(client: Client) -> None:
+        await ok(client, "pause", {"workflow_id": str(run.workflow_id), "reason": "from a legacy client"})
+
+    talk(server_env(pg_url, redis_url, write=True), body, name="Claude Desktop", mode="legacy")
+    assert events_by(run, "mcp:Claude Desktop") == [("paused", "from a legacy client")]
+    assert client_actor(None) == client_actor("") == client_actor(" \t") == "mcp:unknown"
+
+
+def test_a_step_output_holding_a_lone_surrogate_is_shown_escaped(app: Flask, pg_url: str, redis_url: str) -> None:
+    """UTF-8 cannot carry a lone surrogate: it is written as its escape, as stored text shows it elsewhere."""
+    from .proc_workflows import HostileOutcome
+
+    with app.app_context():
+        run = HostileOutcome.start(text="bad\udcffbyte\x00", case="return")
+    work(app.extensions["pgbus"])
+    assert run.refresh().status == "finished"
+
+    async def body(client: Client) -> None:
+        data, _ = await ok(client, "show_run", {"workflow_id": str(run.workflow_id)})
+        produced = data["outputs"]["produce"]
+        assert produced["text"] == "bad\\udcffbyte\x00" and data["class_loaded"] is False
+
+    talk(server_env(pg_url, redis_url, write=False), body)
+
+
+def test_show_run_names_a_runs_parent_and_children(app: Flask, pg_url: str, redis_url: str) -> None:
+    from .child_workflows import Fulfilment
+
+    with app.app_context():
+        parent = Fulfilment.start(parcels=[1, 2], failing=[2])
+    work(app.extensions["pgbus"])
+    children = parent.refresh().children()
+    assert parent.status == "waiting" and len(children) == 2
+    failed = next(c for c in children if c["status"] == "paused")
+
+    async def body(client: Client) -> None:
+        data, text = await ok(client, "show_run", {"workflow_id": str(parent.workflow_id)})
+        assert [(c["workflow_id"], c["status"]) for c in data["children"]] == \
+            [(str(c["workflow_id"]), c["status"]) for c in children]
+        assert data["parent"] is None and "Child runs (2):" in text
+        data, text = await ok(client, "show_run", {"workflow_id": str(failed["workflow_id"])})
+        assert data["parent"] == {"workflow_id": str(parent.workflow_id), "step": "ship_all"}
+        assert f"Started by run {parent.workflow_id} at its step ship_all." in text
+
+    talk(server_env(pg_url, redis_url, write=False), body)
+
+
+# -- the command -------------------------------------------------------------------------------------
+
+
+def test_http_serves_on_loopback(app: Flask, pg_url: str, redis_url: str) -> None:
+    with app.app_context():
+        run = ThreeSteps.start()
+    port = free_port()
+    proc = subprocess.Popen([*FLASK, "--http", f"127.0.0.1:{port}"], env=server_env(pg_url, redis_url, write=False),
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        def listening() -> bool:
+            assert proc.poll() is None, proc.communicate()
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", port)) == 0
+
+        wait_until(listening, timeout=30, message="the MCP server listening")
+        url = f"http://127.0.0.1:{port}/mcp"
+
+        async def main() -> None:
+            with anyio.fail_after(30):
+                async with Client(url, client_info=Implementation(name="http-client", version="1")) as client:
+                    data, _ = await ok(client, "list_runs", {"status": "ready"})
+                    assert [r["workflow_id"] for r in data["runs"]] == [str(run.workflow_id)]
+                    assert [t.name for t in (await client.list_tools()).tools] == READ_NAMES
+
+        anyio.run(main)
+        # another Host (a DNS rebinding page in a browser) is refused
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("POST", "/mcp", json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+                     headers={"Host": "attacker.example", "Content-Type": "application/json",
+                              "Accept": "application/json, text/event-stream"})
+        answer = conn.getresponse()
+        assert answer.status in (400, 403, 421), answer.status
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        for stream in (proc.stdout, proc.stderr):
+            assert stream is not None
+            stream.close()
+
+
+def test_http_refuses_a_remote_host_without_allow_remote(app: Flask) -> None:
+    result = app.test_cli_runner().invoke(args=["pgbus", "mcp", "--http", "0.0.0.0:8765"])
+    assert result.exit_code == 2
+    assert "--http host '0.0.0.0' is not a loopback address" in result.output
+    assert "no authentication" in result.output and "--allow-remote" in result.output
+    result = app.test_cli_runner().invoke(args=["pgbus", "mcp", "--http", "127.0.0.1:99999"])
+    assert result.exit_code == 2 and "port from 1 to 65535" in result.output
+    assert parse_http("8765", False) == ("127.0.0.1", 8765)
+    assert parse_http("[::1]:8765", False) == ("::1", 8765)
+    assert parse_http("localhost:8765", False) == ("localhost", 8765)
+    assert parse_http("0.0.0.0:8765", True) == ("0.0.0.0", 8765)
+
+
+def test_without_the_mcp_package_it_says_how_to_install_it(pg_url: str, redis_url: str) -> None:
+    code = "import sys; sys.modules['mcp'] = None; from flask.cli import main; main()"
+    result = subprocess.run([sys.executable, "-c", code, *FLASK[3:]], env=server_env(pg_url, redis_url, False),
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "the MCP server needs the mcp package: pip install 'pgbus-flask[mcp]'" in result.stderr
+
+
+def test_structured_results_are_json(app: Flask) -> None:
+    """Every output schema is an object schema a client can validate against."""
+    for tool in tools(True).values():
+        assert tool.output["type"] == "object" and tool.input_schema()["additionalProperties"] is False
+        json.dumps(tool.output)
