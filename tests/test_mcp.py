@@ -134,7 +134,10 @@ def test_tool_lists_with_write_off_and_on(app: Flask, pg_url: str, redis_url: st
         listed = {t.name: t for t in (await client.list_tools()).tools}
         assert list(listed) == READ_NAMES + WRITE_NAMES
         assert [v.action for v in VERBS] == ["pause", "resume", "resume_at", "run_now", "reschedule", "skip", "rerun",
-                                             "cancel"]
+                                             "cancel", "upgrade"]
+        # every verb a run has, but signal (its own tool), is a write tool
+        assert {v.action for v in VERBS} == set(states.ACTIONS) - {"signal"}
+        assert {"list_schedules"} <= set(READ_NAMES) and {"pause_schedule", "resume_schedule"} <= set(WRITE_NAMES)
         for name in WRITE_NAMES:
             tool = listed[name]
             assert "reason" in tool.input_schema["required"], name
@@ -538,3 +541,47 @@ def test_structured_results_are_json(app: Flask) -> None:
     for tool in tools(True).values():
         assert tool.output["type"] == "object" and tool.input_schema()["additionalProperties"] is False
         json.dumps(tool.output)
+
+
+def test_upgrade_and_schedules_through_mcp(app: Flask, pg_url: str, redis_url: str, declare: Any) -> None:
+    from .schedule_helpers import Declare
+
+    make: Declare = declare
+    make("McpNightly", "0 2 * * *", schedule_timezone="Europe/Berlin")
+    engine = app.extensions["pgbus"]
+    sweep(engine)  # stores the schedule
+    with app.app_context():
+        run = ThreeSteps.start(order_id=77)
+    with engine.db.connection() as conn:
+        conn.execute("UPDATE pgbus_workflows SET definition_digest = 'older' WHERE workflow_id = %s",
+                     (run.workflow_id,))
+
+    async def body(client: Client) -> None:
+        data, text = await ok(client, "list_schedules")
+        [nightly] = [s for s in data["schedules"] if s["workflow_class"] == "McpNightly"]
+        assert (nightly["schedule"], nightly["timezone"], nightly["paused"]) == ("0 2 * * *", "Europe/Berlin", False)
+        assert "McpNightly: 0 2 * * * (Europe/Berlin), next tick" in text
+        data, text = await ok(client, "pause_schedule", {"workflow_class": "McpNightly", "reason": "holiday"})
+        assert data["schedule"]["paused"] and data["schedule"]["paused_by"] == f"mcp:{CLIENT}"
+        assert "is paused" in text
+        again = await refused(client, "pause_schedule", {"workflow_class": "McpNightly", "reason": "again"})
+        assert again == cli_error(app, "schedule-pause", "McpNightly", "--reason", "again")
+        assert "reason" in await refused(client, "resume_schedule", {"workflow_class": "McpNightly", "reason": " "})
+        data, _ = await ok(client, "resume_schedule", {"workflow_class": "McpNightly", "reason": "back"})
+        assert not data["schedule"]["paused"]
+        unknown = await refused(client, "pause_schedule", {"workflow_class": "Nope", "reason": "x"})
+        assert "no schedule for workflow class 'Nope'" in unknown
+        data, _ = await ok(client, "show_run", {"workflow_id": str(run.workflow_id)})
+        assert data["definition_outdated"] and "upgrade" in data["available_actions"]
+        data, text = await ok(client, "upgrade", {"workflow_id": str(run.workflow_id), "reason": "reviewed"})
+        assert "upgrade" not in data["available_actions"]
+        refusal = await refused(client, "upgrade", {"workflow_id": str(run.workflow_id), "reason": "again"})
+        assert refusal == cli_error(app, "upgrade", str(run.workflow_id), "--reason", "again")
+
+    talk(server_env(pg_url, redis_url, write=True), body)
+    assert [e["event"] for e in run.events()][-1] == "definition_upgraded"
+    assert run.events()[-1]["actor"] == f"mcp:{CLIENT}"
+    from pgbus_flask import schedules
+
+    trail = [(e["event"], e["actor"]) for e in schedules.schedule_events(engine, "McpNightly")]
+    assert ("paused", f"mcp:{CLIENT}") in trail and ("resumed", f"mcp:{CLIENT}") in trail

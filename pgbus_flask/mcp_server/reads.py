@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import insights, queries, runner, states
+from .. import insights, queries, runner, schedules, states
 from ..web import api
 from .base import (
     ACTIONS,
@@ -214,6 +214,16 @@ FILTER_PARAMS: dict[str, JSON] = {
     "text": string("a run id or its start, a subject id, or a piece of \"type id\" (case-insensitive)"),
 }
 
+def list_schedules(call: Call, args: dict[str, Any]) -> Reply:
+    found = [api.jsonable(s.to_json()) for s in schedules.list_schedules(call.engine)]
+    lines = [f"{len(found)} schedule{'' if len(found) == 1 else 's'}." if found else "No class declares a schedule."]
+    for s in found[:20]:
+        state = "paused" if s["paused"] else f"next tick {s['next_tick']}"
+        lines.append(f"- {shown(s['workflow_class'], 80)}: {shown(s['schedule'], 40)} ({s['timezone']}), {state}; "
+                     f"last tick {s['last_tick']}")
+    return {"schedules": found}, "\n".join(lines)
+
+
 READ_TOOLS: tuple[Tool, ...] = (
     Tool("overview", "The whole picture in one call: how many runs each workflow class has in each status, how "
          "many ongoing runs are stuck for each reason, and the totals (ongoing, paused, needing attention). Use it "
@@ -259,5 +269,8 @@ READ_TOOLS: tuple[Tool, ...] = (
          {"workflow_class": string("the workflow class (exact name)"),
           "window": {"enum": list(insights.WINDOWS), "default": insights.DEFAULT_WINDOW}},
          ("workflow_class",), INSIGHTS_OUT, class_insights, title="Insights of a class"),
+    Tool("list_schedules", "The workflow classes started on a schedule (cron with a timezone, or an interval), "
+         "each with its last tick and the run it started, its next tick, its missed-tick policy, and whether it "
+         "is paused (by whom, why) or no longer declared. The sweep starts one run per due tick.",
+         {}, (), obj({"schedules": arr(ROW)}), list_schedules, title="Schedules"),
 )
-

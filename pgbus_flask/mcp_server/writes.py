@@ -14,9 +14,10 @@ from typing import Any
 
 import click
 
-from .. import queries, runner, states
+from .. import queries, runner, schedules, states
 from ..cli import _Moment, error_text
 from ..errors import InvalidInput
+from ..web.api import jsonable
 from .base import (
     AFTER,
     ANY,
@@ -26,6 +27,7 @@ from .base import (
     JSON,
     NSTR,
     PLAN,
+    ROW,
     RUN_ID,
     STR,
     WRITE_NOTE,
@@ -93,6 +95,10 @@ VERBS: tuple[Verb, ...] = (
          {"step": string("the step to start from (default: the first)")}),
     Verb("cancel", "Cancel a run: its open step is cancelled and nothing more runs. It cannot be undone (rerun "
          "starts it over).", destructive=True),
+    Verb("upgrade", "Continue a run that started on an older definition of its class (show_run's "
+         "definition_outdated) on the current one: its current step and everything after it follow the class as "
+         "declared now. Refused when its current step no longer exists in the class (then resume_at a step that "
+         "exists, or cancel)."),
 )
 
 VERB_OUT = obj({"action": STR, **AFTER, "resume_plan": PLAN})
@@ -157,6 +163,20 @@ BULK_OUT = obj({"action": STR, "group": obj(GROUP_KEY), "moved": INT, "refused":
                            "description": "run id -> why that run was refused"}})
 
 
+def schedule_verb(action: str, call: Call, args: dict[str, Any]) -> Reply:
+    """Pause or resume a workflow class's schedule (audited in the schedule's own trail)."""
+    reason = _reason(args)
+    verb = schedules.pause if action == "pause" else schedules.resume
+    done = verb(call.engine, args["workflow_class"], call.actor, reason)
+    data = jsonable(done.to_json())
+    state = "paused" if done.paused else f"running; next tick {data['next_tick']}"
+    return {"schedule": data}, (f"{action} done by {call.actor}: the schedule of {shown(done.workflow_class, 80)} "
+                                f"is {state}.")
+
+
+SCHEDULE_OUT = obj({"schedule": ROW})
+
+
 def write_tools() -> tuple[Tool, ...]:
     """The verbs, the signal and the bulk verbs: offered when ``PGBUS_MCP_WRITE`` is true."""
     return (
@@ -176,6 +196,17 @@ def write_tools() -> tuple[Tool, ...]:
              {"action": {"enum": list(states.BULK_ACTIONS)}, **GROUP_KEY, "reason": REASON_PARAM},
              ("action", "workflow_class", "step_name", "stuck_reason", "reason"), BULK_OUT, bulk, write=True,
              destructive=True, title="Bulk verb on an attention group"),
+        Tool("pause_schedule", "Pause a workflow class's schedule (list_schedules): the sweep starts no run for "
+             "its ticks until it is resumed. Refused when it is paused already. " + WRITE_NOTE,
+             {"workflow_class": string("the scheduled workflow class (exact name)"), "reason": REASON_PARAM},
+             ("workflow_class", "reason"), SCHEDULE_OUT, partial(schedule_verb, "pause"), write=True,
+             title="Pause a schedule"),
+        Tool("resume_schedule", "Resume a paused schedule. Ticks missed while it was paused are not started "
+             "when its missed policy is \"skip\" (the default): the next run is at its next tick; with \"all\" "
+             "they are started. Refused when it is not paused. " + WRITE_NOTE,
+             {"workflow_class": string("the scheduled workflow class (exact name)"), "reason": REASON_PARAM},
+             ("workflow_class", "reason"), SCHEDULE_OUT, partial(schedule_verb, "resume"), write=True,
+             title="Resume a schedule"),
     )
 
 
