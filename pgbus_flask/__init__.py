@@ -18,6 +18,7 @@ from .errors import (
     SubjectConflict,
     UnknownWorkflow,
     WaitTimedOut,
+    WaitUntilFailed,
     WorkflowNotFound,
 )
 from .extension import PgBus
@@ -44,6 +45,7 @@ __all__ = [
     "SubjectConflict",
     "UnknownWorkflow",
     "WaitTimedOut",
+    "WaitUntilFailed",
     "Workflow",
     "WorkflowNotFound",
     "step",

@@ -33,6 +33,7 @@ ENGLISH: dict[str, str] = {
     "unknown_step": "%(workflow)s has no step %(step)r",
     "unknown_step_known": "%(workflow)s has no step %(step)r (steps: %(known)s)",
     "reattempt_requested": "reattempt requested by the step",
+    "wait_until_failed": "the wait_until of %(step)s failed: %(error_class)s: %(error)s",
 }
 
 

@@ -87,6 +87,8 @@ CREATE TABLE pgbus_workflow_steps (
     created_at      timestamptz NOT NULL DEFAULT now(),
     error_code      text,   -- an engine message's code and parameters (0006), see messages.py
     error_params    jsonb,
+    wait_until_pending boolean NOT NULL DEFAULT false,  -- its wait_until not evaluated yet (0009)
+    next_not_before timestamptz,  -- the step's code asked the next step to wait until then (0009)
     UNIQUE (workflow_id, step_name, attempt)
 );
 CREATE INDEX pgbus_workflow_steps_latest ON pgbus_workflow_steps (workflow_id, id DESC);

@@ -31,6 +31,7 @@ SYSTEM_MESSAGES: dict[str, str] = {
     "unknown_step": N_("%(workflow)s has no step %(step)s."),
     "unknown_step_known": N_("%(workflow)s has no step %(step)s (its steps: %(known)s)."),
     "reattempt_requested": N_("The step asked to be attempted again."),
+    "wait_until_failed": N_("The wait_until of %(step)s failed: %(error_class)s: %(error)s"),
 }
 
 #: Parameters shown as code identifiers.
