@@ -315,6 +315,27 @@ def test_wait_until_after_an_operators_skip_is_evaluated_by_the_steps_job(engine
     assert by_step(run)["ship"]["scheduled_at"] == ship_at and run.refresh().status == "ready"
 
 
+def test_wait_until_after_resume_continue_is_evaluated_by_the_steps_job(engine: Engine) -> None:
+    ship_at = datetime.now(timezone.utc) + DAY
+    run = wf.ShipsWhenTold.start(ship_at=ship_at)
+    _complete_while_paused(engine, run)
+    run.resume(actor=ACTOR)
+    work(engine)
+    assert by_step(run)["ship"]["scheduled_at"] == ship_at and run.refresh().status == "ready"
+
+
+def test_an_operators_moment_wins_over_a_pending_wait_until(engine: Engine) -> None:
+    run = wf.ShipsWhenTold.start(ship_at=datetime.now(timezone.utc) + DAY)
+    run.skip(actor=ACTOR)
+    moment = datetime.now(timezone.utc) + timedelta(hours=1)
+    run.refresh().reschedule(moment, actor=ACTOR, reason="ship it in an hour")
+    ship = by_step(run)["ship"]
+    assert (ship["scheduled_at"], ship["wait_until_pending"]) == (moment, False)
+    run.refresh().run_now(actor=ACTOR)
+    work(engine)
+    assert run.refresh().status == "finished", "run now runs it, without asking wait_until again"
+
+
 def test_a_raising_wait_until_fails_the_next_steps_attempt_and_keeps_the_step_before(engine: Engine,
                                                                                   monkeypatch: Any) -> None:
     monkeypatch.setitem(wf.BEHAVIOUR, "raise", True)
