@@ -20,6 +20,7 @@ from .errors import (
     UnknownSchedule,
     UnknownWorkflow,
     WaitTimedOut,
+    WaitUntilFailed,
     WorkflowNotFound,
 )
 from .extension import PgBus
@@ -48,6 +49,7 @@ __all__ = [
     "UnknownSchedule",
     "UnknownWorkflow",
     "WaitTimedOut",
+    "WaitUntilFailed",
     "Workflow",
     "WorkflowNotFound",
     "step",

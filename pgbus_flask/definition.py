@@ -10,13 +10,14 @@ base class on top of it.
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, overload
 
-from . import states
-from .errors import DefinitionError, UnknownWorkflow
+from . import payload, states
+from .errors import DefinitionError, InvalidInput, UnknownWorkflow
 
 if TYPE_CHECKING:
     from .workflow import Workflow
@@ -42,6 +43,10 @@ class StepSpec:
     on_timeout: str = "fail"
     transactional: bool = False
     on_child_failure: str = "fail"
+    #: How long after the step before it ended (for the first step: after start) this step is due.
+    wait: timedelta | None = None
+    #: A callable of the workflow instance giving the aware moment this step is due (docs/delays.md).
+    wait_until: Callable[[Any], datetime] | None = None
 
     def describe(self) -> dict[str, Any]:
         """The options that make up the definition digest."""
@@ -61,6 +66,8 @@ class StepSpec:
             # Only when set, so that classes declared before the option keep their digest.
             **({"transactional": True} if self.transactional else {}),
             **({"on_child_failure": self.on_child_failure} if self.on_child_failure != "fail" else {}),
+            **({"wait": self.wait.total_seconds()} if self.wait else {}),
+            **({"wait_until": getattr(self.wait_until, "__qualname__", "callable")} if self.wait_until else {}),
         }
 
     def backoff_seconds(self, reattempt: int) -> float:
@@ -83,7 +90,44 @@ def _duration(name: str, value: Any) -> timedelta | None:
         value = timedelta(seconds=value)
     if not isinstance(value, timedelta) or value <= timedelta(0):
         raise DefinitionError(f"{name} must be a positive timedelta or number of seconds, got {value!r}")
+    if value > LONGEST_DELAY:
+        raise DefinitionError(f"{name} must be at most {LONGEST_DELAY.days} days, got {value!r}")
     return value
+
+
+#: The longest ``wait`` or ``self.sleep()`` (a step due later than year 9998 could not be stored).
+LONGEST_DELAY = timedelta(days=36_500)
+
+
+def delay_seconds(value: Any, what: str) -> float:
+    """``value`` (a timedelta or seconds, zero or more, at most LONGEST_DELAY) in seconds;
+    InvalidInput naming ``what`` otherwise."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        seconds = float(value)
+    else:
+        raise InvalidInput(what, "must be a timedelta or a number of seconds, got "
+                                 f"{payload.safe_str(repr(value))[:80]}")
+    if not 0 <= seconds <= LONGEST_DELAY.total_seconds():
+        raise InvalidInput(what, f"must be from 0 seconds to {LONGEST_DELAY.days} days, got {seconds:g} seconds")
+    return seconds
+
+
+def due_moment(value: Any, what: str) -> datetime:
+    """``value`` as an aware datetime in UTC a step can be due at (a past one is due now);
+    InvalidInput naming ``what`` for a naive datetime, anything else, or a moment past year 9998."""
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        kind = "a naive datetime" if isinstance(value, datetime) else type(value).__name__
+        raise InvalidInput(what, f"must be a datetime with a timezone (such as datetime.now(timezone.utc) + "
+                                 f"timedelta(days=1)), got {kind}: {payload.safe_str(repr(value))[:80]}")
+    try:
+        utc = value.astimezone(timezone.utc)
+    except OverflowError:
+        utc = None
+    if utc is None or utc > states.LATEST_DUE:
+        raise InvalidInput(what, f"must be before {states.LATEST_DUE:%Y-%m-%d} (UTC), got {value.isoformat()}")
+    return utc
 
 
 class _StepMarker:
@@ -125,6 +169,12 @@ class _StepMarker:
         if on_child_failure not in states.ON_CHILD_RUN_FAILURE:
             raise DefinitionError(f"step {name}: on_child_failure must be one of {states.ON_CHILD_RUN_FAILURE}, "
                                   f"got {on_child_failure!r}")
+        wait_until = opts.get("wait_until")
+        if wait_until is not None and not callable(wait_until):
+            raise DefinitionError(f"step {name}: wait_until must be a callable of the workflow instance returning an"
+                                  f" aware datetime, got {wait_until!r:.100}")
+        if wait_until is not None and opts.get("wait") is not None:
+            raise DefinitionError(f"step {name}: give wait or wait_until, not both")
         backoff = opts.get("backoff", 10.0)
         if not (callable(backoff) or isinstance(backoff, (int, float, timedelta))) or isinstance(backoff, bool):
             raise DefinitionError(f"step {name}: backoff must be seconds, a timedelta or a callable")
@@ -142,12 +192,14 @@ class _StepMarker:
             on_timeout=on_timeout,
             transactional=transactional,
             on_child_failure=on_child_failure,
+            wait=_duration(f"step {name}: wait", opts.get("wait")),
+            wait_until=wait_until,
         )
 
 
 _STEP_OPTIONS = frozenset(
     ("queue", "priority", "timeout", "on_error", "max_reattempts", "backoff", "wait_for", "wait_timeout", "on_timeout",
-     "transactional", "on_child_failure")
+     "transactional", "on_child_failure", "wait", "wait_until")
 )
 
 
@@ -170,7 +222,11 @@ def step(func: Callable[..., Any] | None = None, **options: Any) -> Any:
     that records its outcome and gets it as ``self.conn``: its writes commit exactly
     when the step completes), ``on_child_failure`` (for a step that returns
     ``self.start_child(...)``: ``"fail"``, the step fails when a child run is cancelled,
-    or ``"continue"``, it completes with the cancelled ones marked).
+    or ``"continue"``, it completes with the cancelled ones marked), ``wait`` (a timedelta or
+    seconds: the step is due that long after the step before it ended, or after start for the
+    first step) or ``wait_until`` (a callable
+    of the workflow instance returning the aware datetime the step is due; evaluated by the
+    step's job in a worker, see docs/delays.md).
     """
     unknown = set(options) - _STEP_OPTIONS
     if unknown:
@@ -221,6 +277,15 @@ def child_starts(result: Any) -> list[ChildStart] | None:
                                   "return only start_child(...) results, or none")
         return list(result)
     return None
+
+
+@dataclass(frozen=True)
+class SleepRequest:
+    """What ``self.sleep(...)`` or ``self.sleep_until(...)`` asked of the step after this one:
+    due no earlier than ``seconds`` after this step completes, or than ``until``."""
+
+    seconds: float | None = None
+    until: datetime | None = None
 
 
 class PauseRequested(Exception):

@@ -144,7 +144,7 @@ class Engine:
         for delivery in range(self.deliveries):
             jid = job.job_id if delivery == 0 else f"{job.job_id}-{delivery}"
             if job.at is not None and job.at > now:
-                q.enqueue_at(job.at, STEP_JOB, job_id=jid, **options)
+                q.enqueue_at(whole_second_after(job.at), STEP_JOB, job_id=jid, **options)
             else:
                 q.enqueue(STEP_JOB, job_id=jid, at_front=job.at_front, **options)
 
@@ -164,6 +164,12 @@ class Engine:
                 pipe.execute()
         except Exception:
             log.exception("pgbus: children of batch %s could not be enqueued; the sweep will resend them", batch_id)
+
+
+def whole_second_after(moment: datetime) -> datetime:
+    """``moment`` rounded up to a whole second: RQ's schedule keeps whole seconds and drops the
+    fraction, which would send a step up to a second before it is due."""
+    return moment if moment.microsecond == 0 else moment.replace(microsecond=0) + timedelta(seconds=1)
 
 
 @dataclass(frozen=True)

@@ -198,3 +198,15 @@ class ScheduleConflict(PgbusError):
         self.paused = paused
         state = "paused" if paused else "not paused"
         super().__init__(f"cannot {action} the schedule of {name}: it is {state}; nothing was changed")
+class WaitUntilFailed(Coded, PgbusError):
+    """A step's ``wait_until`` raised, or did not give an aware datetime: the step's attempt
+    fails with this (its error policy applies) and a retry evaluates ``wait_until`` again."""
+
+    def __init__(self, step: str, error: BaseException) -> None:
+        klass = type(error)
+        name = klass.__qualname__ if klass.__module__ == "builtins" else f"{klass.__module__}.{klass.__qualname__}"
+        try:
+            text = str(error)
+        except Exception:  # an exception that cannot describe itself keeps its class
+            text = ""
+        super().__init__(self._coded("wait_until_failed", step=step, error_class=name, error=text[:1000]))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 RUN_STATUSES = ("ready", "running", "waiting", "paused", "finished", "cancelled")
 ONGOING = ("ready", "running", "waiting", "paused")
 TERMINAL = ("finished", "cancelled")
@@ -81,6 +83,9 @@ REASON_LIMIT = 1_000
 DETAIL_LIMIT = 1_000
 MESSAGE_LIMIT = 4_000
 BACKTRACE_LIMIT = 16_000
+
+#: The latest moment a step can be due (what Python, PostgreSQL and RQ can all hold).
+LATEST_DUE = datetime(9998, 12, 31, tzinfo=timezone.utc)
 
 #: Seconds RQ's job timeout exceeds what a step job may run (its steps' stall deadlines,
 #: plus PGBUS_INLINE_SECONDS with inline continuation): the stall deadline fires first.

@@ -23,9 +23,12 @@ from .definition import (  # noqa: F401  (re-exported: the public names of decla
     PauseRequested,
     ReattemptRequested,
     ReceivedSignal,
+    SleepRequest,
     StepSpec,
     _as_seconds,
     _StepMarker,
+    delay_seconds,
+    due_moment,
     registered,
     registry,
     step,
@@ -172,6 +175,8 @@ class Workflow:
         #: In a transactional step, with SQLAlchemy installed: a ``Session`` in that same
         #: transaction, for the app's ORM models (flushed before the outcome is recorded).
         self.session: Any = None
+        #: What ``sleep()`` / ``sleep_until()`` asked of the step after this one (the last call counts).
+        self.sleep_request: SleepRequest | None = None
 
     @property
     def tick(self) -> datetime | None:
@@ -193,6 +198,27 @@ class Workflow:
     def pause(self, reason: str | None = None) -> None:
         """Stop here and pause the run; resume retries this step."""
         raise PauseRequested(reason)
+
+    def sleep(self, duration: float | timedelta) -> None:
+        """Have the step after this one wait ``duration`` (a timedelta or seconds) after this step
+        completes. The step goes on and completes with its return value; the next step is due at
+        the later of this and its own ``wait`` (docs/delays.md). The last call counts. The last step
+        cannot sleep: nothing comes after it."""
+        seconds = delay_seconds(duration, "sleep() duration")
+        self._check_a_step_follows("sleep()")
+        self.sleep_request = SleepRequest(seconds=seconds)
+
+    def sleep_until(self, moment: datetime) -> None:
+        """Have the step after this one wait until ``moment`` (an aware datetime; a past one: no
+        wait). As :meth:`sleep` otherwise."""
+        due = due_moment(moment, "sleep_until() moment")
+        self._check_a_step_follows("sleep_until()")
+        self.sleep_request = SleepRequest(until=due)
+
+    def _check_a_step_follows(self, what: str) -> None:
+        if type(self).next_step(self.step_name) is None:
+            raise DefinitionError(f"{what} in step {self.step_name}, the last step of {type(self).workflow_name}:"
+                                  " no step comes after it to delay")
 
     def reattempt(self, wait: float | timedelta = 0) -> None:
         """Stop here and run this step again after ``wait``."""

@@ -193,7 +193,7 @@ def test_a_scheduled_job_no_scheduler_moves_is_resent_and_withdrawn(engine: Engi
     registry = engine.queue(engine.settings.queue).scheduled_job_registry
     assert registry.get_job_ids() == [step["job_id"]] and queued_ids(engine) == []
 
-    steps_overdue_by(engine, 1)
+    steps_overdue_by(engine, 2)  # RQ's schedule holds it at the next whole second (engine.whole_second_after)
     report = sweep(engine)
     assert (report.resent, report.overdue_live) == (1, 0), report
     [resent] = scheduled_steps(engine)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +20,10 @@ from ..definition import (
     PauseRequested,
     ReattemptRequested,
     ReceivedSignal,
+    SleepRequest,
     StepSpec,
     child_starts,
+    due_moment,
 )
 from ..errors import (
     ArgumentsNotSerializable,
@@ -29,6 +32,7 @@ from ..errors import (
     PgbusError,
     StepNotDefined,
     UnknownWorkflow,
+    WaitUntilFailed,
 )
 from .children import start_children
 from .fanout import open_batch
@@ -50,7 +54,7 @@ from .rows import (
     record_event,
     worker_name,
 )
-from .scheduling import _route, advance, schedule_step
+from .scheduling import _route, advance, resend_step, schedule_step
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -68,6 +72,18 @@ class Claim:
     outputs: dict[str, Any] | None  # None: read on the step's first output_of()
     signal: ReceivedSignal | None
     ran: float | None = None  # seconds the step's code ran (pgbus_step_duration_seconds)
+
+
+@dataclass(frozen=True)
+class WaitUntilDue:
+    """A due step whose ``wait_until`` its job must evaluate before claiming it (nothing was written)."""
+
+    run: Row
+    step_id: int
+    step_name: str
+    attempt: int
+    klass: type[Workflow]
+    spec: StepSpec
 
 
 def _counted(tx: Transaction, workflow_class: str, step_name: str, outcome: str | None,
@@ -115,12 +131,19 @@ def _received(signal: Row | None) -> ReceivedSignal | None:
     return ReceivedSignal(signal["id"], signal["name"], payload.from_json(signal["payload"]), signal["created_at"])
 
 
-def claim_attempt(engine: Engine, step_id: int, job_id: str | None) -> Claim | None:
-    """scheduled -> in_progress for a due step of a ready run; None makes the job a no-op."""
+def claim_attempt(engine: Engine, step_id: int, job_id: str | None, *,
+                  evaluated: bool = False) -> Claim | WaitUntilDue | None:
+    """scheduled -> in_progress for a due step of a ready run; None makes the job a no-op.
+
+    A due step whose wait_until is still pending is not claimed: :class:`WaitUntilDue` tells the
+    job to evaluate it first (``evaluated=True`` then claims it all the same).
+    """
     with engine.db.transaction(pipeline=True) as tx:
         # The run's row lock, the step's name and now(), in one round trip.
         run = tx.query(
-            "SELECT w.*, s.step_name AS claim_step, now() AS tx_now FROM pgbus_workflows w"
+            "SELECT w.*, s.step_name AS claim_step, s.attempt AS claim_attempt, now() AS tx_now,"
+            " s.wait_until_pending AND s.status = 'scheduled' AND s.scheduled_at <= now() + interval '1 second'"
+            " AS claim_pending FROM pgbus_workflows w"
             " JOIN pgbus_workflow_steps s ON s.workflow_id = w.workflow_id AND s.id = %s FOR UPDATE OF w",
             (step_id,),
         ).fetchone()
@@ -138,6 +161,9 @@ def claim_attempt(engine: Engine, step_id: int, job_id: str | None) -> Claim | N
                 spec = klass.step_spec(step_name)
             except StepNotDefined as exc:
                 problem = exc
+        if run["claim_pending"] and not evaluated and spec is not None and spec.wait_until is not None:
+            assert klass is not None
+            return WaitUntilDue(run, step_id, step_name, run["claim_attempt"], klass, spec)
         # Claim the attempt and mark the run running in one statement.
         step = _q(
             tx.conn,
@@ -145,7 +171,7 @@ def claim_attempt(engine: Engine, step_id: int, job_id: str | None) -> Claim | N
             WITH claimed AS (
                 UPDATE pgbus_workflow_steps SET status = 'in_progress', started_at = now(),
                     stall_at = now() + make_interval(secs => %(timeout)s), job_id = COALESCE(%(job)s, job_id),
-                    worker = %(worker)s, app_revision = %(rev)s
+                    worker = %(worker)s, app_revision = %(rev)s, wait_until_pending = false
                 WHERE id = %(id)s AND status = 'scheduled' AND scheduled_at <= now() + interval '1 second'
                 RETURNING *
             ), running AS (
@@ -210,23 +236,64 @@ def run_attempt(engine: Engine, step_id: int, job_id: str | None = None, budget:
     With a ``budget`` (see :mod:`.inline`) the outcome transaction may claim the next step,
     which then runs here too, and so on while the budget lasts.
     """
-    claim = claim_attempt(engine, step_id, job_id)
+    found = claim_attempt(engine, step_id, job_id)
+    claim = _settle_wait_until(engine, found, job_id) if isinstance(found, WaitUntilDue) else found
     if claim is not None and metrics.enabled():
         metrics.queue_wait(claim.run["workflow_class"], claim.step["step_name"], _waited(claim.step))
     while claim is not None:
         claim = _run_claimed(engine, claim, job_id, budget)
 
 
-def _context(engine: Engine, claim: Claim) -> Workflow:
-    run, step = claim.run, claim.step
+def _instance(engine: Engine, run: Row, klass: type[Workflow], step_name: str, attempt: int,
+              outputs: dict[str, Any] | None = None, signal: ReceivedSignal | None = None) -> Workflow:
+    """The workflow instance a step's code (or its wait_until) runs with."""
     arguments = payload.from_json(run["arguments"]) or {}
-    return claim.klass(
+    return klass(
         engine=engine, workflow_id=run["workflow_id"], args=arguments.get("args", ()),
         kwargs=arguments.get("kwargs", {}),
         subject=(run["subject_type"], run["subject_id"]) if run["subject_type"] else None,
-        attempt=step["attempt"], step_name=step["step_name"], outputs=claim.outputs,
-        received_signal=claim.signal,
+        attempt=attempt, step_name=step_name, outputs=outputs, received_signal=signal,
     )
+
+
+def _context(engine: Engine, claim: Claim) -> Workflow:
+    return _instance(engine, claim.run, claim.klass, claim.step["step_name"], claim.step["attempt"],
+                     claim.outputs, claim.signal)
+
+
+def _settle_wait_until(engine: Engine, due: WaitUntilDue, job_id: str | None) -> Claim | None:
+    """Evaluate a due step's wait_until (no lock held: it is the app's code), then either move the
+    step to the later moment it gave and send it for then, or claim it now. When wait_until
+    raises or gives no aware datetime, the step is claimed and its attempt fails with
+    :class:`WaitUntilFailed` (its error policy applies; a retry evaluates wait_until again).
+    Another delivery of the same step evaluates too, but only one moves or claims it."""
+    assert due.spec.wait_until is not None
+    moment = error = None
+    try:
+        moment = due_moment(due.spec.wait_until(_instance(engine, due.run, due.klass, due.step_name, due.attempt)),
+                            f"the moment wait_until of step {due.step_name} returned")
+    except Exception as exc:
+        error = WaitUntilFailed(due.step_name, exc)
+        error.__cause__ = exc
+    if moment is not None:
+        with engine.db.transaction() as tx:
+            run = lock_run(tx, due.run["workflow_id"])
+            if run["status"] != "ready":
+                return None  # paused or cancelled meanwhile: resume sends it again, still pending
+            later = _q(tx.conn, "UPDATE pgbus_workflow_steps SET scheduled_at = %s, wait_until_pending = false"
+                                " WHERE id = %s AND status = 'scheduled' AND wait_until_pending AND scheduled_at < %s"
+                                " AND %s > now() RETURNING *", (moment, due.step_id, moment, moment)).fetchone()
+            if later is not None:
+                sent = resend_step(engine, tx, due.klass, later)
+                record_event(tx, run["workflow_id"], "rescheduled", "system", step=sent or later,
+                             details={"scheduled_at": moment, "wait_until": True})
+                return None
+    claim = claim_attempt(engine, due.step_id, job_id, evaluated=True)
+    if isinstance(claim, WaitUntilDue):  # cannot happen: evaluated claims
+        return None
+    if claim is not None and error is not None:
+        return _record_with_retry(engine, claim, error=error)
+    return claim
 
 
 def _run_claimed(engine: Engine, claim: Claim, job_id: str | None, budget: Budget | None) -> Claim | None:
@@ -238,6 +305,7 @@ def _run_claimed(engine: Engine, claim: Claim, job_id: str | None, budget: Budge
     began = time.perf_counter()
     try:
         outcome = {"result": claim.spec.func(context), "budget": budget, "job_id": job_id}
+        outcome["sleep"] = context.sleep_request
     except (PauseRequested, ReattemptRequested) as request:
         outcome = {"request": request}
     except Exception as exc:  # the step's own failure: its error policy decides
@@ -288,7 +356,7 @@ def _run_transactional(engine: Engine, claim: Claim, job_id: str | None, budget:
             if run["attempt_status"] != "in_progress":
                 raise _RolledBack(result=result)  # late: record_outcome writes late_completion_ignored
             return _apply(engine, tx, claim, run, output=output, result=result, error=None, request=None,
-                          budget=budget, job_id=job_id)
+                          budget=budget, job_id=job_id, sleep=context.sleep_request)
     except _RolledBack as rolled_back:
         return _record_with_retry(engine, claim, **rolled_back.outcome)
     except DatabaseError as exc:  # PostgreSQL refused the commit (a deferred constraint, a conflict)
@@ -359,10 +427,11 @@ def _output(claim: Claim, result: Any, error: BaseException | None,
 
 def record_outcome(engine: Engine, claim: Claim, *, result: Any = None, error: BaseException | None = None,
                    request: Exception | None = None, budget: Budget | None = None,
-                   job_id: str | None = None) -> Claim | None:
+                   job_id: str | None = None, sleep: SleepRequest | None = None) -> Claim | None:
     """Apply an attempt's outcome, only while the attempt is still in_progress.
 
     Returns the next step's claim when the outcome transaction continued inline (``budget``).
+    ``sleep``: what the step's code asked of the step after it (``self.sleep()``).
     """
     step = claim.step
     output, error = _output(claim, result, error, request)
@@ -374,14 +443,24 @@ def record_outcome(engine: Engine, claim: Claim, *, result: Any = None, error: B
             _counted(tx, run["workflow_class"], step["step_name"], "late", claim.ran)
             return None
         return _apply(engine, tx, claim, run, output=output, result=result, error=error, request=request,
-                      budget=budget, job_id=job_id)
+                      budget=budget, job_id=job_id, sleep=sleep)
+
+
+def _not_before(tx: Transaction, sleep: SleepRequest | None) -> datetime | None:
+    """The moment ``self.sleep()`` / ``self.sleep_until()`` asked the next step to wait for."""
+    if sleep is None:
+        return None
+    if sleep.until is not None:
+        return sleep.until
+    return _now(tx) + timedelta(seconds=sleep.seconds or 0)
 
 
 def _apply(engine: Engine, tx: Transaction, claim: Claim, run: Row, *, output: Any, result: Any,
            error: BaseException | None, request: Exception | None, budget: Budget | None,
-           job_id: str | None) -> Claim | None:
+           job_id: str | None, sleep: SleepRequest | None = None) -> Claim | None:
     """The outcome of an attempt still in progress, under the run's row lock."""
     step = claim.step
+    not_before = _not_before(tx, sleep) if error is None and request is None else None
     outcome: str | None
     if isinstance(request, PauseRequested):
         failed = move_step(tx.conn, step["id"], ["in_progress"], "failed", finished_at=_now(tx), outcome="paused",
@@ -402,18 +481,18 @@ def _apply(engine: Engine, tx: Transaction, claim: Claim, run: Row, *, output: A
     elif error is not None:
         outcome = fail_attempt(engine, tx, run, claim.klass, step, error_columns(error), actor="system")
     elif isinstance(result, FanOut):
-        open_batch(engine, tx, run, claim.spec, claim.klass, step, result)
+        open_batch(engine, tx, run, claim.spec, claim.klass, step, result, next_not_before=not_before)
         outcome = "fanned_out"
     elif isinstance(result, (ChildStart, list, tuple)) and (children := child_starts(result)):
         try:
-            start_children(engine, tx, run, claim.spec, step, children)
+            start_children(engine, tx, run, claim.spec, step, children, next_not_before=not_before)
             outcome = "fanned_out"
         except PgbusError as exc:  # a child that cannot start: none of them did, the attempt fails
             outcome = fail_attempt(engine, tx, run, claim.klass, step, error_columns(exc), actor="system")
     else:
         if claim.spec.wait_for:
             _consume_signal_of(tx.conn, step)
-        nxt = continue_inline(engine, tx, run, step, claim.klass, output, budget, job_id)
+        nxt = continue_inline(engine, tx, run, step, claim.klass, output, budget, job_id, not_before)
         _counted(tx, run["workflow_class"], step["step_name"], "completed", claim.ran)
         if nxt is not None:
             outputs = claim.outputs
@@ -421,10 +500,10 @@ def _apply(engine: Engine, tx: Transaction, claim: Claim, run: Row, *, output: A
                 outputs = {**outputs, step["step_name"]: payload.from_json(output)}
             return Claim(nxt.run, nxt.step, claim.klass, nxt.spec, outputs, None)
         done = move_step(tx.conn, step["id"], ["in_progress"], "completed", finished_at=_now(tx),
-                         outcome="completed", output=Jsonb(output))
+                         outcome="completed", output=Jsonb(output), next_not_before=not_before)
         record_event(tx, run["workflow_id"], "step_completed", "system", step=done)
-        if run["status"] == "running":
-            advance(engine, tx, run, claim.klass, step["step_name"], actor="system")
+        if run["status"] == "running":  # paused meanwhile: resume continues, honouring next_not_before
+            advance(engine, tx, run, claim.klass, step["step_name"], actor="system", not_before=not_before)
         return None
     _counted(tx, run["workflow_class"], step["step_name"], outcome, claim.ran)
     return None

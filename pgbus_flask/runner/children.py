@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
@@ -59,10 +60,11 @@ def child_key(parent_id: Any, step_name: str, generation: int, position: int) ->
 
 
 def start_children(engine: Engine, tx: Transaction, run: Row, spec: StepSpec, step: Row,
-                   children: Sequence[ChildStart]) -> None:
+                   children: Sequence[ChildStart], *, next_not_before: datetime | None = None) -> None:
     """Start the step's child runs (or find the ones it started before) in this transaction and
     park the step on them. A child that cannot start (a subject with an ongoing run, arguments
-    that cannot be stored) raises before anything of them is kept: the caller fails the attempt."""
+    that cannot be stored) raises before anything of them is kept: the caller fails the attempt.
+    ``next_not_before``: the step's ``self.sleep()``, for when the children have ended."""
     wid = run["workflow_id"]
     generation = tx.conn.execute(
         f"SELECT count(*) FROM pgbus_workflow_events WHERE workflow_id = %s AND ({_NEW_GENERATION})", (wid,)
@@ -75,7 +77,8 @@ def start_children(engine: Engine, tx: Transaction, run: Row, spec: StepSpec, st
                             actor="system", conn=sub.conn, parent=(wid, step["step_name"]))
             ids.append(started.workflow_id)
     parked = move_step(tx.conn, step["id"], ["in_progress"], "waiting", child_ids=ids,
-                       on_child_failure=spec.on_child_failure, waiting_since=_now(tx))
+                       on_child_failure=spec.on_child_failure, waiting_since=_now(tx),
+                       next_not_before=next_not_before)
     moved = move_run(tx.conn, wid, ["running"], "waiting")
     record_event(tx, wid, "children_started", "system", step=parked,
                  details={"total": len(ids), "workflow_ids": [str(i) for i in ids],
@@ -123,7 +126,7 @@ def settle(engine: Engine, tx: Transaction, run: Row, step: Row | None) -> bool:
         return False
     record_event(tx, wid, "step_completed", "system", step=done)
     if run["status"] == "waiting":
-        advance(engine, tx, run, klass, step["step_name"], actor="system")
+        advance(engine, tx, run, klass, step["step_name"], actor="system", not_before=step["next_not_before"])
     return True
 
 

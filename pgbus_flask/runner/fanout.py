@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
@@ -21,8 +22,9 @@ if TYPE_CHECKING:
 
 
 def open_batch(engine: Engine, tx: Transaction, run: Row, spec: StepSpec, klass: type[Workflow], step: Row,
-               fan_out: FanOut) -> None:
-    """Open a batch for a step's fan-out, park the step on it, send the children after commit."""
+               fan_out: FanOut, *, next_not_before: datetime | None = None) -> None:
+    """Open a batch for a step's fan-out, park the step on it, send the children after commit.
+    ``next_not_before``: the step's ``self.sleep()``, for when the batch finishes."""
     queue = _route(engine, klass, step["step_name"])[0]
     args = [payload.to_json(list(a), what=f"fan_out argument tuple {i}") for i, a in enumerate(fan_out.args)]
     batch = _q(
@@ -41,7 +43,7 @@ def open_batch(engine: Engine, tx: Transaction, run: Row, spec: StepSpec, klass:
             [(batch["id"], position, Jsonb(args[position]), job_id) for position, job_id in children],
         )
     parked = move_step(tx.conn, step["id"], ["in_progress"], "waiting", batch_id=batch["id"],
-                       waiting_since=_now(tx))
+                       waiting_since=_now(tx), next_not_before=next_not_before)
     move_run(tx.conn, run["workflow_id"], ["running"], "waiting")
     record_event(tx, run["workflow_id"], "fan_out_opened", "system", step=parked,
                  details={"batch_id": batch["id"], "total": len(args), "func": fan_out.func})
@@ -119,4 +121,4 @@ def finish_batch(engine: Engine, tx: Transaction, run: Row, batch: Row) -> None:
                      output=Jsonb(payload.to_json(output)))
     record_event(tx, wid, "step_completed", "system", step=done)
     if run["status"] == "waiting":
-        advance(engine, tx, run, klass, step["step_name"], actor="system")
+        advance(engine, tx, run, klass, step["step_name"], actor="system", not_before=step["next_not_before"])

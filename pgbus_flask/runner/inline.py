@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
@@ -27,7 +28,7 @@ from psycopg.types.json import Jsonb
 from .. import payload, states
 from ..db import Transaction
 from ..definition import StepSpec
-from .rows import Row, _q, worker_name
+from .rows import Row, _now, _q, worker_name
 from .scheduling import _route
 
 if TYPE_CHECKING:
@@ -127,14 +128,19 @@ SELECT * FROM next
 
 
 def continue_inline(engine: Engine, tx: Transaction, run: Row, step: Row, klass: type[Workflow],
-                    output: Any, budget: Budget | None, job_id: str | None) -> Continued | None:
+                    output: Any, budget: Budget | None, job_id: str | None,
+                    not_before: datetime | None = None) -> Continued | None:
     """Complete ``step`` and claim the step after it in this transaction, when the budget and
     the next step allow (see the module's docstring); None when the caller must complete and
-    advance the usual way (nothing was written then)."""
+    advance the usual way (nothing was written then). A next step that is not due now (its
+    ``wait``, or ``not_before``: the step's ``self.sleep()``) or whose ``wait_until`` its own
+    job must evaluate never runs inline."""
     if budget is None or run["status"] != "running" or tx.buffered:
         return None
     nxt = klass.next_step(step["step_name"])
-    if nxt is None or nxt.wait_for:
+    if nxt is None or nxt.wait_for or nxt.wait or nxt.wait_until:
+        return None
+    if not_before is not None and not_before > _now(tx):
         return None
     queue, _at_front, timeout = _route(engine, klass, nxt.name)
     if not budget.allows(queue, timeout.total_seconds()):

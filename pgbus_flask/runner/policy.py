@@ -19,7 +19,7 @@ from .rows import (
     run_ended,
     spec_of,
 )
-from .scheduling import advance, schedule_step
+from .scheduling import advance, retries_wait_until, schedule_step
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -70,7 +70,8 @@ def fail_attempt(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow
         delay = spec.backoff_seconds(consecutive + 1)
         record_event(tx, wid, "step_reattempted", actor, step=failed, details={"wait": delay})
         move_run(tx.conn, wid, ["running", "waiting"], "ready")
-        schedule_step(engine, tx, run, klass, step["step_name"], actor=actor, delay=delay)
+        schedule_step(engine, tx, run, klass, step["step_name"], actor=actor, delay=delay,
+                      wait_until_pending=retries_wait_until(spec, error.get("error_code")))
         return "reattempted"
     if policy == "cancel":
         _cancel_open_steps(tx.conn, wid)

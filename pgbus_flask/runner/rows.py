@@ -36,7 +36,7 @@ Row = dict[str, Any]
 
 #: The times reschedule accepts (what Python, PostgreSQL and RQ can all hold).
 RESCHEDULE_EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
-RESCHEDULE_LATEST = datetime(9998, 12, 31, tzinfo=timezone.utc)
+RESCHEDULE_LATEST = states.LATEST_DUE
 
 
 def cap(text: Any, limit: int) -> str | None:

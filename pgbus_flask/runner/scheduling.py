@@ -19,6 +19,7 @@ from ..errors import UnknownWorkflow
 from .rows import Row, _now, _q, load_class, move_run, record_event, run_ended, spec_of
 
 if TYPE_CHECKING:
+    from ..definition import StepSpec
     from ..engine import Engine, StepJob
     from ..workflow import Workflow
 
@@ -80,50 +81,57 @@ def schedule_step(
     *,
     actor: str,
     delay: float = 0.0,
+    at: datetime | None = None,
+    wait_until_pending: bool = False,
     reason: str | None = None,
     set_current: bool = True,
 ) -> Row:
-    """A new scheduled attempt of ``step_name`` (due after ``delay`` seconds), sent after commit.
-    ``set_current=False`` when the caller already set the run's current step."""
+    """A new scheduled attempt of ``step_name``, sent after commit: due after ``delay`` seconds,
+    or at ``at`` when that is later. ``wait_until_pending``: its step's wait_until is still to be
+    evaluated, by its job (see attempt.py). ``set_current=False`` when the caller already set the
+    run's current step."""
     # The row's id is drawn first so that its first job id (step_job_id(id, 1)) is written with it.
     step = _q(
         tx.conn,
         """
         INSERT INTO pgbus_workflow_steps (id, workflow_id, workflow_class, step_name, attempt, status,
-                                          scheduled_at, enqueued_at, job_id)
+                                          scheduled_at, enqueued_at, job_id, wait_until_pending)
         SELECT n.id, %(wid)s, %(cls)s, %(step)s, a.attempt, 'scheduled',
-               now() + make_interval(secs => %(delay)s), now(), %(prefix)s || n.id
+               GREATEST(now() + make_interval(secs => %(delay)s), %(at)s::timestamptz), now(), %(prefix)s || n.id,
+               %(pending)s
         FROM (SELECT nextval('pgbus_workflow_steps_id_seq') AS id) n,
              (SELECT COALESCE(MAX(attempt), 0) + 1 AS attempt FROM pgbus_workflow_steps
               WHERE workflow_id = %(wid)s AND step_name = %(step)s) a
         RETURNING *
         """,
-        {"wid": run["workflow_id"], "cls": run["workflow_class"], "step": step_name, "delay": delay,
-         "prefix": JOB_PREFIX},
+        {"wid": run["workflow_id"], "cls": run["workflow_class"], "step": step_name, "delay": delay, "at": at,
+         "prefix": JOB_PREFIX, "pending": wait_until_pending},
     ).fetchone()
     if set_current:
         tx.conn.execute(
             "UPDATE pgbus_workflows SET current_step = %s, updated_at = now() WHERE workflow_id = %s",
             (step_name, run["workflow_id"]),
         )
+    later = (delay or at is not None) and step["scheduled_at"] > _now(tx)
     record_event(tx, run["workflow_id"], "step_scheduled", actor, reason=reason, step=step,
-                 details={"scheduled_at": step["scheduled_at"]} if delay else None)
+                 details={"scheduled_at": step["scheduled_at"]} if later else None)
     _send_after_commit(engine, tx, klass, step)
     return step  # type: ignore[no-any-return]
 
 
 def resend_step(engine: Engine, tx: Transaction, klass: type[Workflow] | None, step: Row,
                 at: datetime | None = None) -> Row | None:
-    """Send a scheduled step again, due at ``at`` if given: its next job id, and its earlier job
-    withdrawn if still waiting. None if ``step`` (as read under the run's lock) is no longer
-    scheduled or was sent again meanwhile."""
+    """Send a scheduled step again, due at ``at`` if given (a moment someone chose: its step's
+    wait_until is then not evaluated), with its next job id, and its earlier job withdrawn if
+    still waiting. None if ``step`` (as read under the run's lock) is no longer scheduled or
+    was sent again meanwhile."""
     send = next_send(step)
     row = _q(
         tx.conn,
         "UPDATE pgbus_workflow_steps SET enqueued_at = now(), sends = %s, job_id = %s,"
-        " scheduled_at = COALESCE(%s, scheduled_at) WHERE id = %s AND status = 'scheduled' AND sends = %s"
-        " RETURNING *",
-        (send["sends"], send["job_id"], at, step["id"], step["sends"]),
+        " scheduled_at = COALESCE(%s, scheduled_at), wait_until_pending = wait_until_pending AND %s"
+        " WHERE id = %s AND status = 'scheduled' AND sends = %s RETURNING *",
+        (send["sends"], send["job_id"], at, at is None, step["id"], step["sends"]),
     ).fetchone()
     if row is not None:
         _send_after_commit(engine, tx, klass, row, replaces=step["job_id"])
@@ -159,9 +167,20 @@ def resend_lost(engine: Engine, lost: Sequence[tuple[int, int, str | None]]) -> 
     return len(rows)
 
 
+def retries_wait_until(spec: StepSpec | None, error_code: str | None) -> bool:
+    """Whether a new attempt after one that failed with ``error_code`` evaluates its step's
+    wait_until again: yes when it was the wait_until that failed (WaitUntilFailed)."""
+    return spec is not None and spec.wait_until is not None and error_code == "wait_until_failed"
+
+
 def advance(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow] | None, after: str, *,
-            actor: str) -> Row:
-    """Schedule the step after ``after`` (run ready) or finish the run."""
+            actor: str, ended_at: datetime | None = None, not_before: datetime | None = None) -> Row:
+    """Schedule the step after ``after`` (run ready) or finish the run.
+
+    The next step is due its ``wait`` after ``after`` ended (``ended_at``, now by default), and
+    not before ``not_before`` (what ``after``'s code asked with ``self.sleep()``); a moment
+    already past is now. Its ``wait_until`` is left to its job to evaluate (docs/delays.md).
+    """
     nxt = klass.next_step(after) if klass is not None else None
     wid = run["workflow_id"]
     if nxt is None and klass is None:
@@ -171,7 +190,12 @@ def advance(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow] | N
         record_event(tx, wid, "finished", actor)
         run_ended(engine, tx, moved)
         return moved or run
-    step = schedule_step(engine, tx, run, klass, nxt.name, actor=actor, set_current=False)
+    at = not_before
+    if nxt.wait is not None:
+        waited = (ended_at or _now(tx)) + nxt.wait
+        at = waited if at is None else max(at, waited)
+    step = schedule_step(engine, tx, run, klass, nxt.name, actor=actor, at=at,
+                         wait_until_pending=nxt.wait_until is not None, set_current=False)
     # The step first, so that the run's row is written once, already with its attention columns.
     moved = move_run(tx.conn, wid, states.ONGOING, "ready", paused_at=None, current_step=nxt.name,
                      **attention.of_ready(step))

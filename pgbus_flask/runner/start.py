@@ -69,6 +69,7 @@ def start(
         payload.check_text(idempotency_key, "idempotency_key", max_bytes=states.KEY_LIMIT)
     payload.check_text(actor, "actor", max_bytes=states.ACTOR_LIMIT, allow_newlines=False)
     workflow_id = uuid.uuid4()
+    first = klass.steps[0]
     started = {"subject": f"{subject_type} {subject_id}" if subject_type else None}
     if parent is not None:
         started.update(parent=str(parent[0]), parent_step=parent[1])
@@ -76,6 +77,7 @@ def start(
         "wid": workflow_id, "cls": klass.workflow_name, "step": klass.steps[0].name, "stype": subject_type,
         "sid": subject_id, "key": idempotency_key, "digest": klass.definition_digest, "args": Jsonb(arguments),
         "actor": cap(actor, 200), "prefix": JOB_PREFIX, "nothing": Jsonb({}),
+        "wait": first.wait.total_seconds() if first.wait else 0.0, "pending": first.wait_until is not None,
         "started": Jsonb(payload.to_json(started)),
         "parent": parent[0] if parent else None, "parent_step": parent[1] if parent else None,
     }
@@ -95,37 +97,43 @@ def start(
         return Started(workflow_id, run, first, klass)
 
 
-#: The run, its first step (scheduled, due now) and the ``started`` and ``step_scheduled``
-#: audit events, in one statement. An idempotency key already used writes nothing. The run's
-#: attention columns (pgbus_flask.attention) are those of a ready run: overdue once its first
-#: step, whose id is taken first, has been due longer than the stall threshold.
+#: The run, its first step (scheduled, due now or after its ``wait``; its ``wait_until`` left to
+#: its job) and the ``started`` and ``step_scheduled`` audit events, in one statement. An
+#: idempotency key already used writes nothing. The run's attention columns
+#: (pgbus_flask.attention) are those of a ready run: overdue once its first step, whose id is
+#: taken first, has been due longer than the stall threshold.
 _START = """
 WITH ids AS (
-    SELECT nextval('pgbus_workflow_steps_id_seq') AS step_id
+    SELECT nextval('pgbus_workflow_steps_id_seq') AS step_id, now() + make_interval(secs => %(wait)s) AS due
 ), run AS (
     INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, subject_type, subject_id,
                                  idempotency_key, definition_digest, arguments, started_by,
                                  attention_reason, attention_since, attention_step_id, parent_workflow_id,
                                  parent_step_name)
     SELECT %(wid)s, %(cls)s, 'ready', %(step)s, %(stype)s, %(sid)s, %(key)s, %(digest)s, %(args)s, %(actor)s,
-           'overdue', now(), step_id, %(parent)s, %(parent_step)s
+           'overdue', due, step_id, %(parent)s, %(parent_step)s
     FROM ids
     ON CONFLICT (workflow_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING *
 ), first AS (
     -- its id drawn first (ids): the run's attention_step_id, and its first job id (scheduling.step_job_id)
     INSERT INTO pgbus_workflow_steps (id, workflow_id, workflow_class, step_name, attempt, status, scheduled_at,
-                                      enqueued_at, job_id)
-    SELECT attention_step_id, workflow_id, workflow_class, current_step, 1, 'scheduled', now(), now(),
-           %(prefix)s || attention_step_id
+                                      enqueued_at, job_id, wait_until_pending)
+    SELECT attention_step_id, workflow_id, workflow_class, current_step, 1, 'scheduled', attention_since, now(),
+           %(prefix)s || attention_step_id, %(pending)s
     FROM run
-    RETURNING id, step_name, attempt
+    RETURNING id, step_name, attempt, scheduled_at
 ), audit AS (
     INSERT INTO pgbus_workflow_events (workflow_id, event, actor, step_id, step_name, attempt, details)
     SELECT %(wid)s, e.event, %(actor)s, e.id, e.step_name, e.attempt, e.details
     FROM (SELECT 1 AS n, 'started' AS event, NULL::bigint AS id, NULL::text AS step_name, NULL::integer AS attempt,
                  %(started)s::jsonb AS details FROM run
-          UNION ALL SELECT 2, 'step_scheduled', id, step_name, attempt, %(nothing)s FROM first) AS e
+          UNION ALL SELECT 2, 'step_scheduled', id, step_name, attempt,
+                           -- a later first step: when, as pgbus_flask.payload stores a datetime
+                           CASE WHEN scheduled_at > now() THEN jsonb_build_object('scheduled_at', jsonb_build_object(
+                               '__pgbus__', 'datetime', 'v', to_char(scheduled_at AT TIME ZONE 'UTC',
+                                                                     'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')))
+                           ELSE %(nothing)s END FROM first) AS e
     ORDER BY e.n
 )
 SELECT run.*, now() AS db_now FROM run

@@ -26,7 +26,7 @@ from .rows import (
     move_step,
     record_event,
 )
-from .scheduling import advance, resend_step, schedule_step
+from .scheduling import advance, resend_step, retries_wait_until, schedule_step
 from .signals import _deliver_to_waiting_step
 
 if TYPE_CHECKING:
@@ -51,11 +51,14 @@ def resume(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str 
         record_event(tx, workflow_id, "resumed", actor, reason=reason, step=latest,
                      details={"plan": plan.action, "step": plan.step})
         if plan.action == "retry" and latest is not None:
-            klass.step_spec(latest["step_name"])
+            spec = klass.step_spec(latest["step_name"])
             move_run(tx.conn, workflow_id, ["paused"], "ready", paused_at=None)
-            schedule_step(engine, tx, run, klass, latest["step_name"], actor=actor)
+            schedule_step(engine, tx, run, klass, latest["step_name"], actor=actor,
+                          wait_until_pending=retries_wait_until(spec, latest["error_code"]))
         elif plan.action in ("continue", "finish") and latest is not None:
-            advance(engine, tx, run, klass, latest["step_name"], actor=actor)
+            # The next step's wait counts from when the step before it ended, not from now.
+            advance(engine, tx, run, klass, latest["step_name"], actor=actor, ended_at=latest["finished_at"],
+                    not_before=latest["next_not_before"])
         elif plan.action == "keep_waiting" and latest is not None:
             _keep_waiting(engine, tx, run, klass, latest)
         elif plan.action == "let_finish":

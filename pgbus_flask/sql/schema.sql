@@ -95,6 +95,8 @@ CREATE TABLE pgbus_workflow_steps (
     error_params    jsonb,
     child_ids       uuid[],  -- the child runs a waiting attempt waits on (0009)
     on_child_failure text CHECK (on_child_failure IN ('fail', 'continue')),
+    wait_until_pending boolean NOT NULL DEFAULT false,  -- its wait_until not evaluated yet (0011)
+    next_not_before timestamptz,  -- the step's code asked the next step to wait until then (0011)
     UNIQUE (workflow_id, step_name, attempt)
 );
 CREATE INDEX pgbus_workflow_steps_latest ON pgbus_workflow_steps (workflow_id, id DESC);

@@ -16,13 +16,14 @@ from urllib.parse import urlsplit
 from flask import url_for
 from markupsafe import Markup, escape
 
-from .. import states
+from .. import payload, states
 from ..queries import AttentionGroup
 from ..runner import ResumePlan
 from .i18n import (
     C_,
     N_,
     bdi,
+    clock,
     clock_tag,
     code,
     gettext,
@@ -98,6 +99,10 @@ EVENT_LABELS = {
     "fan_out_opened": C_("event", "Fan-out opened"), "fan_out_finished": C_("event", "Fan-out finished"),
     "children_started": C_("event", "Child runs started"), "children_finished": C_("event", "Child runs ended"),
     "definition_upgraded": C_("event", "Moved to the current definition"),
+}
+#: The events whose details say when their step is due (``scheduled_at``), said with that moment.
+EVENTS_WITH_TIME = {
+    "step_scheduled": N_("Step scheduled for %(time)s"), "rescheduled": N_("Rescheduled for %(time)s"),
 }
 RESUME_LABELS = {
     "retry": N_("Retry %(step)s"), "continue": N_("Continue with %(step)s"), "finish": N_("Finish the run"),
@@ -334,7 +339,11 @@ def audit_sentence(event: Mapping[str, Any], to: str = PLAIN, now: datetime | No
     """
     name = event["event"]
     # our own words: escaped, not isolated; an event of a newer version reads as its name in words
-    what = label(EVENT_LABELS, name) if name in EVENT_LABELS else humanize(name)
+    what: str = label(EVENT_LABELS, name) if name in EVENT_LABELS else humanize(name)
+    due = due_moment(event)
+    if due is not None:
+        now = now or datetime.now(timezone.utc)
+        what = fill(ugettext(EVENTS_WITH_TIME[name]), to, time=clock_tag(due, now) if to == HTML else clock(due, now))
     if event["actor"] == "system":
         sentence = escape(what) if to == HTML else what
     else:
@@ -351,6 +360,27 @@ def audit_sentence(event: Mapping[str, Any], to: str = PLAIN, now: datetime | No
     if reason:
         sentence = fill(ugettext("%(sentence)s: %(reason)s"), to, sentence=sentence, reason=reason)
     return sentence
+
+
+def due_moment(event: Mapping[str, Any]) -> datetime | None:
+    """When the step of a ``step_scheduled`` or ``rescheduled`` event was due, from its details;
+    None for other events, and for a step scheduled for the moment it was scheduled (due at once)."""
+    details = event.get("details")
+    if event["event"] not in EVENTS_WITH_TIME or not isinstance(details, Mapping):
+        return None
+    value = details.get("scheduled_at")
+    try:
+        moment = payload.from_json(value)
+        if isinstance(moment, str):
+            moment = datetime.fromisoformat(moment)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(moment, datetime) or moment.tzinfo is None:
+        return None
+    written = event.get("created_at")
+    if event["event"] == "step_scheduled" and isinstance(written, datetime) and moment <= written:
+        return None
+    return moment
 
 
 def humanize(name: str) -> str:

@@ -33,6 +33,7 @@ SYSTEM_MESSAGES: dict[str, str] = {
     "reattempt_requested": N_("The step asked to be attempted again."),
     "child_runs_cancelled": N_("%(cancelled)s of %(total)s child runs were cancelled; the first was %(workflow)s "
                                "%(run)s."),
+    "wait_until_failed": N_("The wait_until of %(step)s failed: %(error_class)s: %(error)s"),
 }
 
 #: Parameters shown as code identifiers.
