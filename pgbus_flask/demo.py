@@ -41,12 +41,14 @@ from psycopg import sql
 from . import PgBus
 from .config import redact
 from .demo_workflows import (
+    SCHEDULES_ENV,
     InvoiceSync,
     MonthlyReport,
     OnboardingWorkflow,
     OrderWorkflow,
     PartnerCatalogSync,
     QuarterClose,
+    declare_schedules,
     erp_online,
     set_erp_online,
 )
@@ -574,6 +576,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _on_sigterm)
     services = Services(os.environ.get("PGBUS_DATABASE_URL") or "", os.environ.get("PGBUS_REDIS_URL") or "")
+    # The scheduled class, here and (through the environment) in the workers, whose sweep starts it.
+    os.environ[SCHEDULES_ENV] = "1"
+    declare_schedules()
     try:
         with running(services):
             start_services(services)

@@ -13,6 +13,8 @@
 - :class:`QuarterClose`: syncs a quarter's last invoices as child runs of
   :class:`InvoiceSync` and waits for them; with the ERP down it waits on
   paused children.
+- ``StockCount`` (declared by :func:`declare_schedules`, only in ``pgbus-demo`` and its
+  workers): started by the sweep every 2 minutes, a scheduled class.
 - :class:`MonthlyReport`: a long ``render_pdf`` on the ``rendering`` queue
   (its own worker) and an ``upload`` whose first attempt can hang past its
   2-second stall deadline (the sweep declares it stalled; resume retries it).
@@ -23,6 +25,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 from typing import Any
@@ -30,6 +33,7 @@ from typing import Any
 from redis import Redis
 
 from . import Workflow, step
+from .definition import registry
 
 #: The Redis key saying the (pretend) ERP answers; absent or "0" means down.
 ERP_KEY = "pgbus-demo:erp-online"
@@ -213,3 +217,32 @@ class PartnerCatalogSync(Workflow):
     @step
     def publish(self) -> str:
         return f"{self.kwargs['catalog']} live on {self.output_of('push_prices')['done']} partner shops"
+
+
+#: Set by ``pgbus-demo`` for itself and its workers (not a ``PGBUS_*`` setting): declare the
+#: demo's scheduled class. Unset in any other process that imports this module (a test, an app
+#: trying the workflows), whose sweeps would otherwise start it every 2 minutes.
+SCHEDULES_ENV = "PGBUSDEMO_SCHEDULES"
+
+
+def declare_schedules() -> type[Workflow]:
+    """Declare (once) ``StockCount``: counted by the sweep every 2 minutes."""
+    existing = registry().get("StockCount")
+    if existing is not None:
+        return existing
+
+    class StockCount(Workflow):
+        """Count the warehouse's stock every 2 minutes (a schedule on the overview)."""
+
+        schedule = timedelta(minutes=2)
+        queue = "orders"
+
+        @step
+        def count(self) -> dict[str, Any]:
+            return {"tick": self.tick.isoformat() if self.tick else None, "skus_counted": len(VENDORS) * 40}
+
+    return StockCount
+
+
+if os.environ.get(SCHEDULES_ENV) == "1":
+    declare_schedules()
