@@ -93,6 +93,12 @@ def fresh_database(url: str, name: str) -> str:
     return with_database(url, name)
 
 
+def drop_database(url: str, name: str) -> None:
+    """Drop database ``name`` on ``url``'s server, closing whatever is still connected to it."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def truncate(conn: psycopg.Connection[Any]) -> None:
     """Empty every pgbus table and restart its ids (keeps the schema)."""
     conn.execute("TRUNCATE " + ", ".join(TABLES) + " RESTART IDENTITY CASCADE")

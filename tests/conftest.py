@@ -24,7 +24,7 @@ from pgbus_flask import engine as engine_module
 from pgbus_flask.config import Settings
 from pgbus_flask.engine import Engine
 from pgbus_flask.migrate import apply
-from pgbus_flask.testing import embedded_postgres, embedded_redis, empty, fresh_database
+from pgbus_flask.testing import drop_database, embedded_postgres, embedded_redis, empty, fresh_database
 
 from .schedule_helpers import declare  # noqa: F401  (a fixture: scheduled classes for one test)
 
@@ -44,12 +44,15 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def pg_url(server_url: str) -> str:
-    """A migrated test database of its own."""
-    url = fresh_database(server_url, f"pgbus_test_{os.getpid()}")
+def pg_url(server_url: str) -> Iterator[str]:
+    """A migrated test database of its own, dropped when the session ends (a server the
+    developer or CI names would otherwise keep one database per test session)."""
+    name = f"pgbus_test_{os.getpid()}"
+    url = fresh_database(server_url, name)
     with psycopg.connect(url, autocommit=True) as conn:
         apply(conn)
-    return url
+    yield url
+    drop_database(server_url, name)  # WITH (FORCE): connections of engines a test left open too
 
 
 @pytest.fixture(scope="session")
