@@ -488,6 +488,8 @@ def _apply(engine: Engine, tx: Transaction, claim: Claim, run: Row, *, output: A
             start_children(engine, tx, run, claim.spec, step, children, next_not_before=not_before)
             outcome = "fanned_out"
         except PgbusError as exc:  # a child that cannot start: none of them did, the attempt fails
+            if claim.spec.transactional:  # with the step's own writes rolled back (_run_transactional)
+                raise _RolledBack(error=exc) from None
             outcome = fail_attempt(engine, tx, run, claim.klass, step, error_columns(exc), actor="system")
     else:
         if claim.spec.wait_for:
