@@ -190,3 +190,18 @@ def test_verbs_through_the_json_api(app: Flask) -> None:
     cancelled = client.post(f"/pgbus/api/runs/{run.workflow_id}/actions/cancel",
                             data={"csrf_token": token, "reason": "<script>x</script>"})
     assert cancelled.status_code == 200 and cancelled.get_json()["run"]["status"] == "cancelled"
+
+
+@ALICE
+def test_the_confirm_questions_say_what_becomes_of_ongoing_children(app: Flask) -> None:
+    run, _kids = waiting_parent(app)  # one child finished, one paused: one ongoing
+    client = app.test_client()
+    page = client.get(f"/pgbus/runs/{run.workflow_id}").get_data(as_text=True)
+    confirms = dict(re.findall(r'data-testid="action-([a-z_]+)" data-confirm="([^"]*)"', page))
+    assert confirms["cancel"].endswith("Its ongoing child run is cancelled too.")
+    assert confirms["skip"].endswith("Its ongoing child run keeps running.")
+    assert confirms["resume_at"].endswith("Its ongoing child run keeps running.")
+    token = csrf(client, f"/pgbus/runs/{run.workflow_id}")
+    asked = client.post(f"/pgbus/runs/{run.workflow_id}/actions/skip", data={"csrf_token": token, "reason": "x"})
+    assert asked.status_code == 200 and "Its ongoing child run keeps running." in text_of(asked.get_data(as_text=True))
+    assert Run(engine_of(app), run.workflow_id).status == "waiting"

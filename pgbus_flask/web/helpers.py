@@ -444,9 +444,10 @@ def bulk_confirm(action: str, group: AttentionGroup, to: str = PLAIN) -> str:
 
 
 def action_confirm(action: str, workflow_class: str, step: str | None, to: str = PLAIN,
-                   open_step: bool = True) -> str:
+                   open_step: bool = True, children: int = 0) -> str:
     """The confirm question of a run page button (``open_step``: the run has an open step, which
-    resume at step and cancel cancel)."""
+    resume at step and cancel cancel; ``children``: its ongoing child runs, which cancel cancels
+    and skip or resume at step leave running)."""
     questions = {
         "resume": N_("Resume this %(workflow)s run?"),
         "resume_at": N_("Cancel the open step and resume this %(workflow)s run at the chosen step?"),
@@ -459,4 +460,11 @@ def action_confirm(action: str, workflow_class: str, step: str | None, to: str =
     if not open_step:  # paused on a step that ended: there is nothing to cancel but the run
         questions.update(resume_at=N_("Resume this %(workflow)s run at the chosen step?"),
                          cancel=N_("Cancel this %(workflow)s run? Nothing else in it runs."))
-    return fill(ugettext(questions[action]), to, workflow=workflow_class, step=step or "")
+    question = fill(ugettext(questions[action]), to, workflow=workflow_class, step=step or "")
+    if children and action == "cancel":
+        return question + " " + ngettext("Its ongoing child run is cancelled too.",
+                                         "Its %(num)d ongoing child runs are cancelled too.", children)
+    if children and action in ("skip", "resume_at"):
+        return question + " " + ngettext("Its ongoing child run keeps running.",
+                                         "Its %(num)d ongoing child runs keep running.", children)
+    return question

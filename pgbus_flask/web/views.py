@@ -191,6 +191,8 @@ class Pages:
             for s in steps.rows
         ]
         notice = notices.take("action", "signal", run=str(run.workflow_id))
+        children = run.children()
+        ongoing_children = sum(1 for c in children if c["status"] in states.ONGOING)
         pages = {"steps_before": steps_before, "events_before": events_before,
                  "older_steps": steps.older, "older_events": events.older}
         return render(
@@ -201,10 +203,10 @@ class Pages:
             pages=pages, signals=signals, batches=batches,
             timeline=self.timeline(run, steps, steps_before is None and steps.older is None),
             arguments=pretty(run.arguments), outputs=pretty(run.outputs()), error=error, form=form or {},
-            notice=notice, signal_allowed=signal_matters(run), parent=run.parent(), children=run.children(),
+            notice=notice, signal_allowed=signal_matters(run), parent=run.parent(), children=children,
             step_gone=klass is not None and runner.step_gone(klass, latest.get("step_name") or run.current_step),
             confirms={a: helpers.action_confirm(a, run.workflow_class, run.current_step, helpers.TEXT,
-                                                open_step=open_step is not None)
+                                                open_step=open_step is not None, children=ongoing_children)
                       for a in actions},
         ), status
 
@@ -223,8 +225,9 @@ class Pages:
             params["step"] = step
         if request.form.get("confirmed") != "1":
             latest = run.latest_step or {}
+            ongoing = sum(1 for c in run.children() if c["status"] in states.ONGOING)
             question = helpers.action_confirm(action, run.workflow_class, step or run.current_step, helpers.HTML,
-                                              open_step=latest.get("status") in states.OPEN_STEP)
+                                              open_step=latest.get("status") in states.OPEN_STEP, children=ongoing)
             fields = {"reason": reason or "", **({"step": step} if step else {})}
             return render(
                 "pgbus/confirm.html", question=question, target=url_for(".act", workflow_id=run.workflow_id,
