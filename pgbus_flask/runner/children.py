@@ -69,12 +69,23 @@ def start_children(engine: Engine, tx: Transaction, run: Row, spec: StepSpec, st
     generation = tx.conn.execute(
         f"SELECT count(*) FROM pgbus_workflow_events WHERE workflow_id = %s AND ({_NEW_GENERATION})", (wid,)
     ).fetchone()[0]  # type: ignore[index]
+    keys = [(child.klass.workflow_name, child_key(wid, step["step_name"], generation, position))
+            for position, child in enumerate(children)]
+    # The children a retried step started before, read without waiting: an INSERT ... ON CONFLICT
+    # on one of their keys would wait for a transaction ending that child, which waits for this
+    # run's lock (child first, then parent), a deadlock.
+    found = {(cls, key): child_id for cls, key, child_id in tx.conn.execute(
+        "SELECT workflow_class, idempotency_key, workflow_id FROM pgbus_workflows"
+        " WHERE workflow_class = ANY(%s) AND idempotency_key = ANY(%s) AND idempotency_key IS NOT NULL",
+        (sorted({cls for cls, _ in keys}), [key for _, key in keys])).fetchall()}
     ids: list[Any] = []
     with engine.db.transaction() as sub:  # a savepoint: all of them, or none
-        for position, child in enumerate(children):
+        for (cls, key), child in zip(keys, children, strict=True):
+            if (cls, key) in found:
+                ids.append(found[(cls, key)])
+                continue
             started = start(engine, child.klass, child.args, child.kwargs, subject=child.subject,
-                            idempotency_key=child_key(wid, step["step_name"], generation, position),
-                            actor="system", conn=sub.conn, parent=(wid, step["step_name"]))
+                            idempotency_key=key, actor="system", conn=sub.conn, parent=(wid, step["step_name"]))
             ids.append(started.workflow_id)
     parked = move_step(tx.conn, step["id"], ["in_progress"], "waiting", child_ids=ids,
                        on_child_failure=spec.on_child_failure, waiting_since=_now(tx),
