@@ -104,8 +104,15 @@ def svg_text_contrast(page: Any, where: str) -> list[str]:
 
 def pages_to_check(app: Flask, page: Any) -> list[tuple[str, str]]:
     """(name, path) of every page to check, seeded with a run in every state and insights to show."""
+    from .child_workflows import Fulfilment
+    from .conftest import work
+
     seed_insights(app)
     ids = seed_every_state(app)
+    with app.app_context():
+        parent = Fulfilment.start(parcels=[1, 2], failing=[2])  # waits on a finished and a paused child
+    work(app.extensions["pgbus"])
+    child = next(c for c in parent.refresh().children() if c["status"] == "paused")
     page.goto(f"/pgbus/runs/{ids['waiting_batch']}")
     batch = by_testid(page, "batch-link").locator("a").get_attribute("href")
     assert batch
@@ -117,6 +124,8 @@ def pages_to_check(app: Flask, page: Any) -> list[tuple[str, str]]:
         ("run finished", f"/pgbus/runs/{ids['finished']}"),
         ("run cancelled", f"/pgbus/runs/{ids['cancelled']}"),
         ("run waiting on a batch", f"/pgbus/runs/{ids['waiting_batch']}"),
+        ("run waiting on child runs", f"/pgbus/runs/{parent.workflow_id}"),
+        ("child run paused on an error", f"/pgbus/runs/{child['workflow_id']}"),
         ("attention", "/pgbus/attention"),
         ("batch", batch),
         ("404", f"/pgbus/runs/{uuid.uuid4()}"),
