@@ -221,3 +221,63 @@ def test_conn_is_none_outside_transactional_steps(engine: Engine) -> None:
     LooksAtConn.start()
     run_jobs(engine)
     assert seen == [None]
+
+
+# -- a transactional step that starts child runs ------------------------------------------
+
+
+class HoldsParcel(Workflow):
+    """A child that waits for a signal (ongoing until told)."""
+
+    @step(wait_for="go")
+    def hold(self) -> str:
+        return "held"
+
+
+class ChargesThenDelegates(Workflow):
+    """Writes the app's row, then starts a child whose subject may be taken (found in review)."""
+
+    @step(transactional=True)
+    def charge_and_delegate(self) -> Any:
+        self.conn.execute("INSERT INTO app_payments (order_id, attempt) VALUES (%s, %s)",
+                          (self.kwargs["order"], self.attempt))
+        return self.start_child(HoldsParcel, subject=("Parcel", "p-1"))
+
+    @step
+    def done(self) -> str:
+        return "done"
+
+
+def test_a_transactional_step_commits_its_writes_with_its_children(engine: Engine, payments: None) -> None:
+    run = ChargesThenDelegates.start(order=7)
+    run_jobs(engine)
+    run.refresh()
+    assert run.status == "waiting" and len(run.children()) == 1
+    assert paid(engine) == [(7, 1)]
+
+
+def test_a_child_that_cannot_start_rolls_the_steps_writes_back(engine: Engine, payments: None) -> None:
+    # An ongoing run already holds the subject the child asks for: the child cannot start.
+    HoldsParcel.start(subject=("Parcel", "p-1"))
+    run = ChargesThenDelegates.start(order=7)
+    run_jobs(engine)
+    run.refresh()
+    failed = run.steps()[-1]
+    assert failed["status"] == "failed" and "SubjectConflict" in (failed["error_class"] or "")
+    # DESIGN 5 (Transactional steps): writes roll back with an error.
+    assert paid(engine) == [], "the failed transactional step's app write was committed"
+
+
+def test_a_retry_after_a_child_start_failure_writes_once(engine: Engine, payments: None) -> None:
+    blocker = HoldsParcel.start(subject=("Parcel", "p-1"))
+    run = ChargesThenDelegates.start(order=7)
+    run_jobs(engine)
+    run.refresh()
+    assert run.status == "paused"
+    blocker.cancel(actor="cli:ops", reason="free the subject")
+    run.resume(actor="cli:ops", reason="retry")
+    run_jobs(engine)
+    run.refresh()
+    assert run.status == "waiting"
+    # DESIGN 5: "Effects on that database happen once" (the retry's row only).
+    assert paid(engine) == [(7, 2)], f"app rows: {paid(engine)}"
