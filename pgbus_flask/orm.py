@@ -13,7 +13,9 @@ given.
   window: PostgreSQL going away between the two commits loses the pgbus writes (logged).
 
 Either way the step jobs are enqueued from the session's commit: never after a rollback or
-for a ``begin_nested()`` savepoint that rolled back, once after the outermost commit.
+for a ``begin_nested()`` savepoint that rolled back, once after the outermost commit. So that
+commit must be the database's COMMIT: a Session joined to a transaction its Connection
+already held is refused (docs/decisions.md, "SQLAlchemy sessions").
 """
 
 from __future__ import annotations
@@ -72,6 +74,27 @@ def _driver_connection(session: Any) -> psycopg.Connection[Any]:
     if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
         conn.execute("SELECT 1")  # psycopg begins SQLAlchemy's transaction now, so what follows nests in it
     return conn  # type: ignore[no-any-return]
+
+
+def _refuse_a_joined_transaction(session: Any) -> None:
+    """Refuse a Session whose commit is not its database's COMMIT: one that joined a transaction its
+    Connection already held (SQLAlchemy's ``join_transaction_mode``). Nothing tells pgbus when that
+    transaction commits (the Connection's ``commit`` event comes before the COMMIT), so it could
+    neither commit its own transaction nor send a job at the right time."""
+    bind = session.connection()
+    # SQLAlchemy 2 keeps, per connection of the outermost session transaction: (connection, the
+    # Transaction it began or joined, whether its commit commits that, whether it closes it).
+    _conn, joined, commits, _closes = session.get_transaction()._connections[bind]
+    if commits and joined is bind.get_transaction():
+        return
+    does = "only releases a savepoint" if joined is not bind.get_transaction() else "leaves it open"
+    raise PgbusError(
+        f"session= needs a Session whose commit is the database's COMMIT; this one joined a transaction "
+        f"its Connection already held (join_transaction_mode={session.join_transaction_mode!r}) and its "
+        f"commit {does}, so pgbus cannot know when its writes and jobs may go. Bind the Session to the "
+        f"Engine or to a Connection with no transaction begun, or give it join_transaction_mode="
+        f"'control_fully' on the Connection's outermost transaction"
+    )
 
 
 def _state(session: Any) -> _State:
@@ -172,6 +195,7 @@ def _same_database(database: Database, conn: psycopg.Connection[Any]) -> bool:
 def session_transaction(database: Database, session: Any) -> Iterator[Transaction]:
     """A pgbus transaction block inside ``session``'s transaction (see the module's docstring)."""
     session = _real_session(session)
+    _refuse_a_joined_transaction(session)
     session.flush()  # the app's pending rows first, as an autoflush would
     state = _state(session)
     conn = _driver_connection(session)

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from flask import Flask
 from flask_sqlalchemy import SQLAlchemy
-from sqlalchemy import String, create_engine
+from sqlalchemy import Connection, String, create_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from pgbus_flask import PgBus, PgbusError, Workflow, step
@@ -263,3 +263,77 @@ def test_a_plain_sqlalchemy_session_without_flask(engine: Engine, pg_url: str) -
         assert run.refresh().status == "ready"
     finally:
         app_engine.dispose()
+
+
+# -- a Session on a Connection the app hands in (issue 19, item 3) --------------------------------
+
+
+def joined_session(conn: Connection, how: str) -> Session:
+    """A Session on ``conn`` whose commit is not the database's COMMIT, joined as ``how`` says."""
+    conn.begin()
+    if how == "default in a savepoint":
+        conn.begin_nested()
+        return Session(bind=conn)
+    if how == "control_fully in a savepoint":
+        conn.begin_nested()
+        return Session(bind=conn, join_transaction_mode="control_fully")
+    if how == "default":
+        return Session(bind=conn)
+    return Session(bind=conn, join_transaction_mode=how)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("outer", ["commit", "rollback"])
+@pytest.mark.parametrize("how", ["default", "default in a savepoint", "create_savepoint",
+                                 "control_fully in a savepoint"])
+@pytest.mark.parametrize("where", ["shop", "shop_elsewhere"])
+def test_a_session_joined_to_its_connections_transaction_is_refused(
+        where: str, how: str, outer: str, request: pytest.FixtureRequest) -> None:
+    """A Session given a Connection that already holds a transaction joins it (SQLAlchemy's
+    join_transaction_mode) and its commit is then no COMMIT: the default mode leaves the outer
+    transaction open ("rollback_only"), or, in a savepoint of the Connection, releases a savepoint of
+    its own ("create_savepoint", also the usual test-suite recipe); "control_fully" inside a savepoint
+    releases that savepoint. Nothing tells pgbus when the outer transaction commits (SQLAlchemy's
+    Connection ``commit`` event comes before the COMMIT), so start() is refused, writes nothing and
+    sends nothing, whether the outer transaction then commits or rolls back; the app's own
+    transaction goes on. ("rollback_only" is the default's first case; "control_fully" on the outer
+    transaction itself commits it, so it is accepted: see the next test.)"""
+    app: Flask = request.getfixturevalue(where)
+    with app.app_context(), db.engine.connect() as conn:
+        session = joined_session(conn, how)
+        session.add(Order(id=20))
+        with pytest.raises(PgbusError, match=r"session=.*COMMIT.*join_transaction_mode.*Engine"):
+            ShipsOrder.start(order_id=20, session=session)
+        with pytest.raises(PgbusError, match="COMMIT"), app.config["TEST_BUS"].transaction(session=session):
+            pass
+        session.commit()
+        conn.commit() if outer == "commit" else conn.rollback()
+        session.close()
+    assert (runs(app), queued(app)) == (0, 0)
+    with app.app_context():
+        assert db.session.query(Order).count() == (1 if outer == "commit" else 0)
+
+
+@pytest.mark.parametrize("outcome", ["commit", "rollback"])
+@pytest.mark.parametrize("how", ["connection with no transaction", "control_fully"])
+@pytest.mark.parametrize("where", ["shop", "shop_elsewhere"])
+def test_a_session_that_commits_its_connections_transaction_is_accepted(
+        where: str, how: str, outcome: str, request: pytest.FixtureRequest) -> None:
+    """A Session that begins its Connection's transaction, or takes it over with "control_fully",
+    commits it with its own commit: pgbus goes with that commit or rollback."""
+    app: Flask = request.getfixturevalue(where)
+    with app.app_context(), db.engine.connect() as conn:
+        if how == "control_fully":
+            conn.begin()
+            session = Session(bind=conn, join_transaction_mode="control_fully")
+        else:
+            session = Session(bind=conn)
+        session.add(Order(id=21))
+        ShipsOrder.start(order_id=21, session=session)
+        assert queued(app) == 0
+        session.commit() if outcome == "commit" else session.rollback()
+        assert not conn.in_transaction()
+        session.close()
+    done = 1 if outcome == "commit" else 0
+    assert (runs(app), queued(app)) == (done, done)
+    with app.app_context():
+        assert db.session.query(Order).count() == done
