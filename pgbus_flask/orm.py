@@ -11,6 +11,8 @@ given.
 - **Another database**: pgbus writes in a transaction of its own, held open and committed
   right after the session's transaction commits (rolled back when it rolls back). The one
   window: PostgreSQL going away between the two commits loses the pgbus writes (logged).
+  A session dropped without commit, rollback or close gives the held connection back,
+  rolled back, when it is garbage-collected.
 
 Either way the step jobs are enqueued from the session's commit: never after a rollback or
 for a ``begin_nested()`` savepoint that rolled back, once after the outermost commit. So that
@@ -21,11 +23,16 @@ already held is refused (docs/decisions.md, "SQLAlchemy sessions").
 from __future__ import annotations
 
 import logging
+import os
+import queue
+import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg_pool import ConnectionPool
 
 from .db import Database, Transaction, current_transaction
 from .errors import PgbusError
@@ -44,6 +51,8 @@ class _State:
         self.same_database: bool | None = None
         self.held: psycopg.Connection[Any] | None = None
         self.held_return: Callable[[], None] | None = None
+        #: Gives the held connection back if the session is dropped without commit, rollback or close.
+        self.held_finalizer: weakref.finalize[Any, Any] | None = None
         #: Savepoints of the held transaction, one per begin_nested() of the session that pgbus wrote in.
         self.savepoints: dict[Any, str] = {}
         self.commit_seen = False
@@ -169,6 +178,9 @@ def _end_held(state: _State, *, commit: bool) -> bool:
     conn, give_back = state.held, state.held_return
     state.held = state.held_return = None
     state.savepoints = {}
+    if state.held_finalizer is not None:
+        state.held_finalizer.detach()
+        state.held_finalizer = None
     if conn is None:
         return True
     try:
@@ -230,6 +242,7 @@ def _held_connection(database: Database, state: _State, session: Any) -> psycopg
             pool.putconn(held)
             raise
         state.held, state.held_return = held, lambda: pool.putconn(held)
+        state.held_finalizer = _give_back_when_dropped(session, pool, held)
     conn = state.held
     chain = []
     level = session.get_nested_transaction()
@@ -242,6 +255,70 @@ def _held_connection(database: Database, state: _State, session: Any) -> psycopg
             conn.execute(f"SAVEPOINT {name}")
             state.savepoints[level] = name
     return conn
+
+
+# -- the held connection of a Session dropped without commit, rollback or close ----------------
+#
+# Its finalizer runs from the garbage collector, inside whatever code that interrupts (a putconn
+# there waits forever if that code holds the pool's lock): it only queues the connection
+# (SimpleQueue.put is safe there); a thread of pgbus's rolls it back and gives it back.
+
+_dropped: queue.SimpleQueue[tuple[ConnectionPool, psycopg.Connection[Any]]] = queue.SimpleQueue()
+_reclaimer_pid = 0
+_reclaimer_lock = threading.Lock()
+#: A forked child's copies of the parent's held connections: kept, since closing one would end the
+#: parent's session (as db._ORPHANED_POOLS).
+_FORKED: list[psycopg.Connection[Any]] = []
+
+
+def _give_back_when_dropped(session: Any, pool: ConnectionPool,
+                            conn: psycopg.Connection[Any]) -> weakref.finalize[Any, Any]:
+    _start_reclaimer()
+    finalizer = weakref.finalize(session, _dropped_session, os.getpid(), pool, conn)
+    finalizer.atexit = False  # at exit the connection closes, and PostgreSQL rolls it back
+    return finalizer
+
+
+def _dropped_session(pid: int, pool: ConnectionPool, conn: psycopg.Connection[Any]) -> None:
+    if os.getpid() == pid:
+        _dropped.put((pool, conn))
+    else:
+        _FORKED.append(conn)
+
+
+def _start_reclaimer() -> None:
+    global _dropped, _reclaimer_pid
+    if _reclaimer_pid == os.getpid():
+        return
+    with _reclaimer_lock:
+        if _reclaimer_pid != os.getpid():  # first use, or a forked child (threads do not cross a fork)
+            _dropped = queue.SimpleQueue()
+            threading.Thread(target=_reclaim, args=(_dropped,), name="pgbus-reclaim", daemon=True).start()
+            _reclaimer_pid = os.getpid()
+
+
+def _reclaim(dropped: queue.SimpleQueue[tuple[ConnectionPool, psycopg.Connection[Any]]]) -> None:
+    while True:
+        pool, conn = dropped.get()
+        log.warning("pgbus: a SQLAlchemy Session was dropped without commit, rollback or close while "
+                    "pgbus held a transaction for it: pgbus's writes in it are rolled back")
+        try:
+            conn.execute("ROLLBACK")
+        except Exception:
+            log.debug("pgbus: rollback of a dropped session's connection failed", exc_info=True)
+        try:
+            pool.putconn(conn)  # one that could not roll back is broken: the pool replaces it
+        except Exception:
+            log.exception("pgbus: could not give a dropped session's connection back to its pool")
+
+
+def _after_fork_in_child() -> None:
+    global _reclaimer_lock
+    _reclaimer_lock = threading.Lock()  # a fork while another thread held it would leave it held
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # -- the transaction of a @step(transactional=True) --------------------------------------------

@@ -7,6 +7,7 @@ Real Flask-SQLAlchemy sessions on the test PostgreSQL (and on a second database 
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 
 import psycopg
@@ -20,6 +21,7 @@ from pgbus_flask import PgBus, PgbusError, Workflow, step
 from pgbus_flask import engine as engine_module
 from pgbus_flask.engine import Engine
 from pgbus_flask.handle import Run
+from pgbus_flask.testing import wait_until
 
 from .conftest import settings_for
 from .conftest import work as run_jobs
@@ -337,3 +339,45 @@ def test_a_session_that_commits_its_connections_transaction_is_accepted(
     assert (runs(app), queued(app)) == (done, done)
     with app.app_context():
         assert db.session.query(Order).count() == done
+
+
+# -- a Session never closed (issue 19, item 4) ---------------------------------------------------
+
+
+def checked_out(engine: Engine) -> int:
+    stats = engine.db.pool.get_stats()
+    return stats["pool_size"] - stats["pool_available"]
+
+
+@pytest.mark.settings(PGBUS_POOL_SIZE=3)
+def test_sessions_dropped_unclosed_give_pgbus_its_connections_back(
+        engine: Engine, other_db: str, caplog: pytest.LogCaptureFixture) -> None:
+    """On another database pgbus holds a pooled connection in a transaction for the session. Ten
+    Sessions dropped without commit, rollback or close (with PGBUS_POOL_SIZE=3) give theirs back,
+    rolled back, once collected: an eleventh start goes through, and the dropped runs never
+    existed. Closing or rolling back without a commit gives it back at once. (On pgbus's own
+    database pgbus holds nothing: SQLAlchemy reclaims the session's connection itself.)"""
+    app_engine = create_engine(sa_url(other_db))
+    try:
+        Order.__table__.create(app_engine)
+        for order_id in range(10):
+            session = Session(app_engine)
+            ShipsOrder.start(order_id=order_id, session=session, bus=engine)
+            del session
+            gc.collect()
+        with Session(app_engine) as session:
+            run = ShipsOrder.start(order_id=10, session=session, bus=engine)
+            session.commit()
+        for end in ("close", "rollback"):
+            session = Session(app_engine)
+            ShipsOrder.start(order_id=11, session=session, bus=engine)
+            getattr(session, end)()
+            assert checked_out(engine) == 0, f"{end}() gave the held connection back"
+        wait_until(lambda: checked_out(engine) == 0, message="every held connection back in the pool")
+    finally:
+        app_engine.dispose()
+    with engine.db.connection() as conn:
+        ids = [r[0] for r in conn.execute("SELECT workflow_id FROM pgbus_workflows")]
+    assert ids == [run.workflow_id], "only the committed session's run exists"
+    assert engine.queue(engine.settings.queue).count == 1
+    assert "dropped without commit, rollback or close" in caplog.text
