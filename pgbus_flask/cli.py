@@ -383,12 +383,19 @@ _schedule_verb("resume")
 
 @pgbus_cli.command("mcp")
 @click.option("--http", "http", metavar="HOST:PORT", default=None,
-              help="serve streamable HTTP at HOST:PORT (a loopback host; PORT alone: 127.0.0.1) instead of stdio")
+              help="serve streamable HTTP at HOST:PORT (PORT alone: 127.0.0.1) instead of stdio")
 @click.option("--allow-remote", is_flag=True,
-              help="let --http serve on a host that is not loopback (the server has no authentication)")
+              help="let --http serve on a host that is not loopback; needs PGBUS_MCP_TOKEN and --allowed-host too")
+@click.option("--allowed-host", "allowed_hosts", metavar="NAME", multiple=True,
+              help="a Host (and Origin) the HTTP server answers, as clients reach it (mcp.example.com, "
+                   "10.0.0.5:8765); repeatable; needs PGBUS_MCP_TOKEN; loopback names are always allowed on a "
+                   "loopback host")
 @with_appcontext
-def mcp_cmd(http: str | None, allow_remote: bool) -> None:
-    """Serve the MCP server for AI clients: read tools, and the write tools when PGBUS_MCP_WRITE is true."""
+def mcp_cmd(http: str | None, allow_remote: bool, allowed_hosts: tuple[str, ...]) -> None:
+    """Serve the MCP server for AI clients: read tools, and the write tools when PGBUS_MCP_WRITE is true.
+
+    Over --http every request must bear PGBUS_MCP_TOKEN (from the environment or app.config) when it is set;
+    a host that is not loopback needs --allow-remote, the token and --allowed-host."""
     try:
         from . import mcp_server
     except ImportError as exc:
@@ -396,4 +403,4 @@ def mcp_cmd(http: str | None, allow_remote: bool) -> None:
             raise
         raise click.ClickException("the MCP server needs the mcp package: pip install 'pgbus-flask[mcp]'") from None
     mcp_server.serve(current_app._get_current_object(), http=http,  # type: ignore[attr-defined]
-                     allow_remote=allow_remote)
+                     allow_remote=allow_remote, allowed_hosts=allowed_hosts)

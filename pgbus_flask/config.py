@@ -79,6 +79,9 @@ KEYS: tuple[Key, ...] = (
     Key("PGBUS_MCP_WRITE", False,
         "let `flask pgbus mcp` offer the write tools (verbs, signals, bulk verbs); read tools only when false",
         "bool"),
+    Key("PGBUS_MCP_TOKEN", None,
+        "bearer token every request to `flask pgbus mcp --http` must send (32+ characters); needed to serve it"
+        " beyond loopback", "secret"),
 )
 
 KEYS_BY_NAME: dict[str, Key] = {key.name: key for key in KEYS}
@@ -114,6 +117,7 @@ class Settings:
     metrics: bool = False
     metrics_token: str | None = field(default=None, repr=False)
     mcp_write: bool = False
+    mcp_token: str | None = field(default=None, repr=False)
 
     @classmethod
     def load(cls, values: Mapping[str, Any]) -> Settings:
@@ -155,6 +159,7 @@ class Settings:
             metrics=parsed["PGBUS_METRICS"],
             metrics_token=parsed["PGBUS_METRICS_TOKEN"],
             mcp_write=parsed["PGBUS_MCP_WRITE"],
+            mcp_token=parsed["PGBUS_MCP_TOKEN"],
         )
 
     @classmethod
@@ -175,6 +180,9 @@ class Settings:
 
 #: The shortest PGBUS_METRICS_TOKEN accepted: a bearer token is a password a scraper sends.
 MIN_TOKEN_LENGTH = 16
+#: The shortest PGBUS_MCP_TOKEN: it guards the write tools on a network, so it is held to more.
+MIN_MCP_TOKEN_LENGTH = 32
+_SECRET_MINIMUM = {"PGBUS_MCP_TOKEN": MIN_MCP_TOKEN_LENGTH}
 
 
 def _check_metrics(parsed: Mapping[str, Any]) -> None:
@@ -350,9 +358,10 @@ def _parse(key: Key, value: Any) -> Any:
             return None
         if not isinstance(value, str):
             raise ConfigError(name, f"must be a string, got a {type(value).__name__}")
-        if len(value) < MIN_TOKEN_LENGTH or not re.fullmatch(r"[\x21-\x7e]+", value):
+        shortest = _SECRET_MINIMUM.get(name, MIN_TOKEN_LENGTH)
+        if len(value) < shortest or not re.fullmatch(r"[\x21-\x7e]+", value):
             # The value itself is never shown: it is a secret.
-            raise ConfigError(name, f"must be at least {MIN_TOKEN_LENGTH} characters, printable ASCII without"
+            raise ConfigError(name, f"must be at least {shortest} characters, printable ASCII without"
                                     " spaces (as an HTTP header carries it)")
         return value
     if kind == "locales":

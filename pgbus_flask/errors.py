@@ -18,6 +18,7 @@ class ConfigError(PgbusError):
 
     def __init__(self, key: str, problem: str) -> None:
         self.key = key
+        self.problem = problem
         super().__init__(f"{key} {problem}")
 
 

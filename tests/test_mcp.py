@@ -11,8 +11,9 @@ import re
 import socket
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
-from dataclasses import asdict
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -23,8 +24,21 @@ from mcp import Client, StdioServerParameters
 from mcp_types import CallToolResult, Implementation
 
 from pgbus_flask import insights, queries, states
+from pgbus_flask.config import Settings
+from pgbus_flask.errors import ConfigError, InvalidInput
 from pgbus_flask.handle import Run
-from pgbus_flask.mcp_server import READ_TOOLS, VERBS, client_actor, parse_http, tools, write_enabled, write_tools
+from pgbus_flask.mcp_server import (
+    READ_TOOLS,
+    VERBS,
+    allowed_host,
+    client_actor,
+    mcp_token,
+    parse_http,
+    tools,
+    write_enabled,
+    write_tools,
+)
+from pgbus_flask.mcp_server.server import StaticTokenVerifier
 from pgbus_flask.sweep import sweep
 from pgbus_flask.testing import wait_until
 
@@ -476,12 +490,14 @@ def test_show_run_names_a_runs_parent_and_children(app: Flask, pg_url: str, redi
 # -- the command -------------------------------------------------------------------------------------
 
 
-def test_http_serves_on_loopback(app: Flask, pg_url: str, redis_url: str) -> None:
-    with app.app_context():
-        run = ThreeSteps.start()
+@contextmanager
+def http_server(env: dict[str, str], *args: str) -> Iterator[int]:
+    """``flask pgbus mcp --http`` on a free port (``0.0.0.0`` or ``127.0.0.1``, as ``args`` start), running
+    until the block ends: its port."""
     port = free_port()
-    proc = subprocess.Popen([*FLASK, "--http", f"127.0.0.1:{port}"], env=server_env(pg_url, redis_url, write=False),
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    host = "0.0.0.0" if args and args[0] == "0.0.0.0" else "127.0.0.1"
+    proc = subprocess.Popen([*FLASK, "--http", f"{host}:{port}", *args[1:]], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         def listening() -> bool:
             assert proc.poll() is None, proc.communicate()
@@ -489,6 +505,55 @@ def test_http_serves_on_loopback(app: Flask, pg_url: str, redis_url: str) -> Non
                 return s.connect_ex(("127.0.0.1", port)) == 0
 
         wait_until(listening, timeout=30, message="the MCP server listening")
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        for stream in (proc.stdout, proc.stderr):
+            assert stream is not None
+            stream.close()
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def messages(self) -> list[Any]:
+        """The JSON-RPC messages of a JSON or server-sent-events body."""
+        text = self.body.decode()
+        if self.headers.get("content-type", "").startswith("text/event-stream"):
+            return [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
+        return [json.loads(text)] if text else []
+
+
+def post(port: int, message: dict[str, Any] | None, headers: dict[str, str], method: str = "POST") -> Answer:
+    """One JSON-RPC message POSTed to ``/mcp`` through 127.0.0.1 (or another ``method`` without one), with
+    ``headers`` (``Host`` among them)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(method, "/mcp", json.dumps(message) if message is not None else None,
+                     headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                              **headers})
+        answer = conn.getresponse()
+        return Answer(answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read())
+    finally:
+        conn.close()
+
+
+TOKEN = "mcp-" + "k" * 28 + "-9f3a"  # 37 characters
+#: What a request naming another Host gets (DNS rebinding), on every bind.
+FOREIGN_HOST = (421, b"Invalid Host header")
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                         "clientInfo": {"name": "raw-client", "version": "1"}}}
+
+
+def test_http_serves_on_loopback(app: Flask, pg_url: str, redis_url: str) -> None:
+    with app.app_context():
+        run = ThreeSteps.start()
+    with http_server(server_env(pg_url, redis_url, write=False)) as port:
         url = f"http://127.0.0.1:{port}/mcp"
 
         async def main() -> None:
@@ -500,19 +565,9 @@ def test_http_serves_on_loopback(app: Flask, pg_url: str, redis_url: str) -> Non
 
         anyio.run(main)
         # another Host (a DNS rebinding page in a browser) is refused
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        conn.request("POST", "/mcp", json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
-                     headers={"Host": "attacker.example", "Content-Type": "application/json",
-                              "Accept": "application/json, text/event-stream"})
-        answer = conn.getresponse()
+        answer = post(port, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, {"Host": "attacker.example"})
         assert answer.status in (400, 403, 421), answer.status
-        conn.close()
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        for stream in (proc.stdout, proc.stderr):
-            assert stream is not None
-            stream.close()
+        assert (answer.status, answer.body) == FOREIGN_HOST
 
 
 def test_http_refuses_a_remote_host_without_allow_remote(app: Flask) -> None:
@@ -520,12 +575,184 @@ def test_http_refuses_a_remote_host_without_allow_remote(app: Flask) -> None:
     assert result.exit_code == 2
     assert "--http host '0.0.0.0' is not a loopback address" in result.output
     assert "no authentication" in result.output and "--allow-remote" in result.output
+    assert "missing: --allow-remote, PGBUS_MCP_TOKEN, --allowed-host." in result.output
     result = app.test_cli_runner().invoke(args=["pgbus", "mcp", "--http", "127.0.0.1:99999"])
     assert result.exit_code == 2 and "port from 1 to 65535" in result.output
     assert parse_http("8765", False) == ("127.0.0.1", 8765)
     assert parse_http("[::1]:8765", False) == ("::1", 8765)
     assert parse_http("localhost:8765", False) == ("localhost", 8765)
-    assert parse_http("0.0.0.0:8765", True) == ("0.0.0.0", 8765)
+    assert parse_http("0.0.0.0:8765", True, token=TOKEN, allowed_hosts=["mcp.test"]) == ("0.0.0.0", 8765)
+    with pytest.raises(InvalidInput, match=r"missing: PGBUS_MCP_TOKEN, --allowed-host\."):
+        parse_http("0.0.0.0:8765", True)
+
+
+# -- over the network: the token and the listed hosts -------------------------------------------------
+
+def remote_env(pg_url: str, redis_url: str, token: str = TOKEN) -> dict[str, str]:
+    return {**server_env(pg_url, redis_url, write=True), "PGBUS_MCP_TOKEN": token}
+
+
+def remote_client(url: str, headers: dict[str, str], name: str) -> Client:
+    """The ``mcp`` client over streamable HTTP sending ``headers``, as a client's config sets them."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    transport = streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers))
+    return Client(transport, client_info=Implementation(name=name, version="1"))
+
+
+def test_a_network_bind_answers_only_the_token_and_the_listed_hosts(app: Flask, pg_url: str,
+                                                                   redis_url: str) -> None:
+    with app.app_context():
+        raw_run, client_run = ThreeSteps.start(), ThreeSteps.start()
+    with http_server(remote_env(pg_url, redis_url), "0.0.0.0", "--allow-remote",
+                     "--allowed-host", "MCP.Test", "--allowed-host", "10.9.8.7:1234") as port:
+        listed = {"Host": f"mcp.test:{port}"}
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        # a session opened with the token, so that each refusal below is of a request that would otherwise work
+        opened = post(port, INITIALIZE, {**listed, **bearer})
+        assert opened.status == 200 and opened.messages()[0]["result"]["serverInfo"]["name"] == "pgbus"
+        session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+        assert post(port, {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                    {**listed, **bearer, **session}).status == 202
+        cancel = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                  "params": {"name": "cancel", "arguments": {"workflow_id": str(raw_run.workflow_id),
+                                                             "reason": "from the network"}}}
+        before = every_table(app)
+
+        for headers in ({}, {"Authorization": "Bearer " + TOKEN[:-1] + "b"}, {"Authorization": f"Bearer {TOKEN}x"},
+                        {"Authorization": f"Basic {TOKEN}"}, {"Authorization": TOKEN}):
+            for asked in (cancel, INITIALIZE):
+                answer = post(port, asked, {**listed, **session, **headers})
+                assert answer.status == 401, (headers, answer)
+                assert answer.headers["www-authenticate"].startswith("Bearer ")
+                assert json.loads(answer.body)["error"] == "invalid_token"
+                assert TOKEN.encode() not in answer.body
+            # nor the session's event stream, nor ending the session
+            for method in ("GET", "DELETE"):
+                assert post(port, None, {**listed, **session, **headers}, method).status == 401, (method, headers)
+        # the token, but another Host (DNS rebinding) or a foreign web page's Origin
+        answer = post(port, cancel, {"Host": f"attacker.example:{port}", **bearer, **session})
+        assert (answer.status, answer.body) == FOREIGN_HOST
+        assert post(port, cancel, {"Host": f"127.0.0.1:{port}", **bearer, **session}).status == FOREIGN_HOST[0]
+        for origin in ("https://attacker.example", f"http://attacker.example:{port}", "null"):
+            answer = post(port, cancel, {**listed, "Origin": origin, **bearer, **session})
+            assert (answer.status, answer.body) == (403, b"Invalid Origin header"), origin
+        assert every_table(app) == before
+
+        # the same call with the token, from a listed Host (and the listed host's own page): it cancels
+        answer = post(port, cancel, {**listed, "Origin": "https://mcp.test", **bearer, **session})
+        assert answer.status == 200, answer
+        [reply] = answer.messages()
+        assert reply["result"]["isError"] is False and reply["result"]["structuredContent"]["status"] == "cancelled"
+        assert events_by(raw_run, "mcp:raw-client") == [("cancelled", "from the network")]
+        assert post(port, INITIALIZE, {"Host": "10.9.8.7:1234", **bearer}).status == 200  # the listed port only
+        assert post(port, INITIALIZE, {"Host": "10.9.8.7:1235", **bearer}).status == FOREIGN_HOST[0]
+        assert post(port, INITIALIZE, {"Host": "mcp.test", **bearer}).status == 200  # through a proxy on 443
+
+        async def main() -> None:
+            url = f"http://127.0.0.1:{port}/mcp"
+            with anyio.fail_after(30):
+                async with remote_client(url, {**listed, **bearer}, "remote-client") as client:
+                    data, _ = await ok(client, "cancel", {"workflow_id": str(client_run.workflow_id),
+                                                          "reason": "as a client's config sends it"})
+                    assert data["status"] == "cancelled"
+
+        anyio.run(main)
+    assert events_by(client_run, "mcp:remote-client") == [("cancelled", "as a client's config sends it")]
+
+
+def test_a_token_that_is_set_is_required_on_loopback_too(app: Flask, pg_url: str, redis_url: str) -> None:
+    with app.app_context():
+        run = ThreeSteps.start()
+    with http_server(remote_env(pg_url, redis_url), "127.0.0.1", "--allowed-host", "pgbus.internal") as port:
+        loopback = {"Host": f"127.0.0.1:{port}"}
+        for headers in ({}, {"Authorization": "Bearer " + "k" * 40}):
+            answer = post(port, INITIALIZE, {**loopback, **headers})
+            assert answer.status == 401 and json.loads(answer.body)["error"] == "invalid_token"
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        assert post(port, INITIALIZE, {**loopback, **bearer}).status == 200
+        # a listed name is answered on loopback too (a proxy on this machine), another one is not
+        assert post(port, INITIALIZE, {"Host": "pgbus.internal", **bearer}).status == 200
+        answer = post(port, INITIALIZE, {"Host": f"attacker.example:{port}", **bearer})
+        assert (answer.status, answer.body) == FOREIGN_HOST
+
+        async def main() -> None:
+            with anyio.fail_after(30):
+                async with remote_client(f"http://127.0.0.1:{port}/mcp", bearer, "local-client") as client:
+                    await ok(client, "pause", {"workflow_id": str(run.workflow_id), "reason": "token on loopback"})
+
+        anyio.run(main)
+    assert events_by(run, "mcp:local-client") == [("paused", "token on loopback")]
+
+
+@contextmanager
+def taken_port() -> Iterator[int]:
+    """A port already listened on (every address): a command that should refuse before serving fails to bind
+    there, rather than serving for ever, if it does not."""
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        yield int(holder.getsockname()[1])
+
+
+def mcp_refusal(app: Flask, *args: str, token: str | None = None) -> str:
+    """What ``flask pgbus mcp ARGS`` says as it exits with status 2, before serving anything."""
+    env = {"PGBUS_MCP_TOKEN": token} if token is not None else {}
+    result = app.test_cli_runner().invoke(args=["pgbus", "mcp", *args], env=env)
+    assert result.exit_code == 2, result.output
+    return result.output
+
+
+def test_a_network_bind_without_the_token_or_the_hosts_exits_2(app: Flask) -> None:
+    with taken_port() as port:
+        check_network_refusals(app, port)
+
+
+def check_network_refusals(app: Flask, port: int) -> None:
+    remote = ["--http", f"0.0.0.0:{port}", "--allow-remote"]
+    text = mcp_refusal(app, *remote)
+    assert "missing: PGBUS_MCP_TOKEN, --allowed-host." in text and "at least 32 characters" in text
+    assert "missing: --allowed-host." in mcp_refusal(app, *remote, token=TOKEN)
+    assert "missing: PGBUS_MCP_TOKEN." in mcp_refusal(app, *remote, "--allowed-host", "mcp.test")
+    assert "missing: --allow-remote." in mcp_refusal(app, "--http", f"0.0.0.0:{port}", "--allowed-host", "mcp.test",
+                                                     token=TOKEN)
+    assert "missing: --allow-remote, PGBUS_MCP_TOKEN." in mcp_refusal(app, "--http", f"10.1.2.3:{port}",
+                                                                      "--allowed-host", "mcp.test")
+    # other names on a loopback bind: a proxy serves it to the network, so the token is needed there too
+    text = mcp_refusal(app, "--http", f"127.0.0.1:{port}", "--allowed-host", "mcp.test")
+    assert "Error: --allowed-host answers requests that reach the server by other names" in text
+    assert "missing: PGBUS_MCP_TOKEN" in text
+    # a token too short, or not what an HTTP header carries: named, never shown
+    for bad in ("k" * 31, "k" * 20 + " " + "k" * 20, "k" * 40 + "\u00e9"):
+        text = mcp_refusal(app, *remote, "--allowed-host", "mcp.test", token=bad)
+        assert "Error: PGBUS_MCP_TOKEN must be at least 32 characters, printable ASCII without spaces" in text
+        assert bad not in text and "k" * 20 not in text
+    # on loopback too: a token set is a token checked, so a bad one is refused there as well
+    assert "PGBUS_MCP_TOKEN must be at least 32" in mcp_refusal(app, "--http", f"127.0.0.1:{port}", token="short")
+    for bad in ("http://mcp.test/", "mcp.test/mcp", "*", "mcp.test:0", "::1", "a b", ""):
+        text = mcp_refusal(app, *remote, "--allowed-host", bad, token=TOKEN)
+        assert "Error: --allowed-host wants a host name or address as clients send it in the Host header" in text
+    text = mcp_refusal(app, "--allowed-host", "mcp.test")
+    assert "--allowed-host only applies with --http" in text
+    assert allowed_host(" MCP.Example.com ") == "mcp.example.com"
+    assert allowed_host("[FD00::5]:8765") == "[fd00::5]:8765"
+
+
+@pytest.mark.settings(PGBUS_MCP_TOKEN=TOKEN)
+def test_the_token_from_the_apps_config_or_the_environment(app: Flask) -> None:
+    assert mcp_token(app, {}) == TOKEN
+    other = "z" * 32
+    assert mcp_token(app, {"PGBUS_MCP_TOKEN": other}) == other  # the environment wins
+    assert mcp_token(app, {"PGBUS_MCP_TOKEN": ""}) == TOKEN  # an empty variable is no token, not "none needed"
+    settings = app.extensions["pgbus"].settings
+    assert settings.mcp_token == TOKEN and TOKEN not in repr(settings)
+    with pytest.raises(ConfigError) as refused:
+        Settings.load({"PGBUS_MCP_TOKEN": "s" * 31})
+    assert str(refused.value) == ("PGBUS_MCP_TOKEN must be at least 32 characters, printable ASCII without spaces "
+                                  "(as an HTTP header carries it)")
+    assert Settings.load({"PGBUS_METRICS_TOKEN": "s" * 16}).metrics_token == "s" * 16  # its own minimum stays
+    assert repr(StaticTokenVerifier(TOKEN)) == "StaticTokenVerifier(***)"
 
 
 def test_without_the_mcp_package_it_says_how_to_install_it(pg_url: str, redis_url: str) -> None:

@@ -12,33 +12,39 @@ cut) and needs a non-empty reason. A refusal comes back as a tool error (``isErr
 the CLI prints (:func:`pgbus_flask.cli.error_text`), and changes nothing.
 
 Built on the ``mcp`` package's low-level server (the optional extra ``mcp``): stdio by default,
-streamable HTTP on a loopback address with ``--http``.
+streamable HTTP with ``--http``. Over HTTP it answers only requests whose ``Host`` (and ``Origin``) is a
+loopback name or an ``--allowed-host``, and, when ``PGBUS_MCP_TOKEN`` is set, that bear it; a host that is
+not loopback needs all three (``--allow-remote``, the token, ``--allowed-host``), and ``--allowed-host``
+needs the token on any host.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import anyio
 from flask import Flask
 
 from .. import config
 from ..cli import terminal_safe
-from ..errors import InvalidInput
+from ..errors import ConfigError, InvalidInput
 from .base import Call, Tool
 from .reads import READ_TOOLS
 from .server import McpServer, client_actor, is_loopback, tools
 from .writes import VERBS, Verb, write_tools
 
-__all__ = ["READ_TOOLS", "VERBS", "Call", "McpServer", "Tool", "Verb", "client_actor", "parse_http", "serve",
-           "tools", "write_enabled", "write_tools"]
+__all__ = ["READ_TOOLS", "VERBS", "Call", "McpServer", "Tool", "Verb", "allowed_host", "client_actor", "mcp_token",
+           "parse_http", "serve", "tools", "write_enabled", "write_tools"]
 
 
-def parse_http(value: str, allow_remote: bool) -> tuple[str, int]:
+def parse_http(value: str, allow_remote: bool = False, *, token: str | None = None,
+               allowed_hosts: Sequence[str] = ()) -> tuple[str, int]:
     """``--http``'s ``HOST:PORT`` (``PORT`` or ``:PORT``: 127.0.0.1; ``[::1]:PORT`` for IPv6), refusing a
-    host that is not loopback unless ``allow_remote``."""
+    host that is not loopback unless given ``allow_remote``, a ``token`` and ``allowed_hosts``, and
+    ``allowed_hosts`` without a ``token`` on any host, naming what is missing."""
     text = value.strip()
     host, sep, port_text = text.rpartition(":")
     if not sep:
@@ -49,13 +55,52 @@ def parse_http(value: str, allow_remote: bool) -> tuple[str, int]:
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise InvalidInput("--http", f"wants HOST:PORT with a port from 1 to 65535, as 127.0.0.1:8765, got "
                                      f"{terminal_safe(value)[:80]!r}")
-    if not is_loopback(host) and not allow_remote:
-        raise InvalidInput("--http", f"host {terminal_safe(host)[:80]!r} is not a loopback address. The MCP "
-                                     "server has no authentication of its own: anyone who can reach it reads "
-                                     "every run (and, with PGBUS_MCP_WRITE, changes them). Serve it on 127.0.0.1, "
-                                     "or pass --allow-remote to serve it there anyway (behind a proxy that "
-                                     "authenticates)")
+    missing = [] if is_loopback(host) else [
+        name for name, given in (("--allow-remote", allow_remote), ("PGBUS_MCP_TOKEN", token is not None),
+                                 ("--allowed-host", bool(allowed_hosts))) if not given]
+    if missing:
+        raise InvalidInput("--http", f"host {terminal_safe(host)[:80]!r} is not a loopback address; serving there "
+                                     "needs --allow-remote, PGBUS_MCP_TOKEN (a bearer token of at least "
+                                     f"{config.MIN_MCP_TOKEN_LENGTH} characters every request must send) and "
+                                     "--allowed-host NAME (each name clients reach it by); missing: "
+                                     f"{', '.join(missing)}. Without them it has no authentication: anyone who "
+                                     "reaches it, or any web page, reads every run (and, with PGBUS_MCP_WRITE, "
+                                     "changes them). See docs/mcp.md, or serve it on 127.0.0.1")
+    if allowed_hosts and token is None:
+        # A name other than loopback reaches a loopback bind through a proxy or a tunnel: a network server.
+        raise InvalidInput("--allowed-host", "answers requests that reach the server by other names (through a "
+                                             "proxy, say), which serves it to the network: that needs "
+                                             "PGBUS_MCP_TOKEN too, a bearer token of at least "
+                                             f"{config.MIN_MCP_TOKEN_LENGTH} characters that every request must "
+                                             "send; missing: PGBUS_MCP_TOKEN")
     return host, int(port_text)
+
+
+_HOST = re.compile(r"(\[[0-9a-f:.]+\]|[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?)(?::(\d{1,5}))?")
+
+
+def allowed_host(value: str) -> str:
+    """One ``--allowed-host``: a name or address as a client sends it in ``Host`` (``mcp.example.com``,
+    ``10.0.0.5:8765``, ``[fd00::5]``), in lower case; without a port it stands for any port."""
+    name = value.strip().lower()
+    found = _HOST.fullmatch(name)
+    if found is None or (found.group(2) is not None and not 0 < int(found.group(2)) < 65536):
+        raise InvalidInput("--allowed-host", "wants a host name or address as clients send it in the Host header "
+                                             "(mcp.example.com, 10.0.0.5:8765 or [fd00::5]), got "
+                                             f"{terminal_safe(value)[:80]!r}")
+    return name
+
+
+def mcp_token(app: Flask, environ: Mapping[str, str] | None = None) -> str | None:
+    """``PGBUS_MCP_TOKEN``: the environment's when set there (not empty), or else the app's. A bad one is
+    :class:`InvalidInput` naming the key (the token itself is never shown)."""
+    env = os.environ if environ is None else environ
+    if env.get("PGBUS_MCP_TOKEN"):
+        try:
+            return config.parse_value("PGBUS_MCP_TOKEN", env["PGBUS_MCP_TOKEN"])  # type: ignore[no-any-return]
+        except ConfigError as exc:
+            raise InvalidInput(exc.key, exc.problem) from None
+    return app.extensions["pgbus"].settings.mcp_token  # type: ignore[no-any-return]
 
 
 def write_enabled(app: Flask, environ: Mapping[str, str] | None = None) -> bool:
@@ -66,13 +111,21 @@ def write_enabled(app: Flask, environ: Mapping[str, str] | None = None) -> bool:
     return bool(app.extensions["pgbus"].settings.mcp_write)
 
 
-def serve(app: Flask, *, http: str | None = None, allow_remote: bool = False) -> None:
-    """Serve the tools of ``app`` over stdio, or over streamable HTTP at ``http`` (``HOST:PORT``)."""
-    address = parse_http(http, allow_remote) if http is not None else None
-    server = McpServer(app, write=write_enabled(app))
-    if address is not None:
-        server.serve_http(*address)
+def serve(app: Flask, *, http: str | None = None, allow_remote: bool = False,
+          allowed_hosts: Sequence[str] = ()) -> None:
+    """Serve the tools of ``app`` over stdio, or over streamable HTTP at ``http`` (``HOST:PORT``): there only to
+    ``allowed_hosts`` (and loopback names on a loopback host), and with ``PGBUS_MCP_TOKEN`` set only to requests
+    bearing it."""
+    if http is None:
+        if allowed_hosts:
+            raise InvalidInput("--allowed-host", "only applies with --http (over stdio the client starts the server "
+                                                 "itself)")
+        server = McpServer(app, write=write_enabled(app))
+        # stdout is the protocol's: anything else printed there would break it.
+        sys.stdout.flush()
+        anyio.run(server.serve_stdio)
         return
-    # stdout is the protocol's: anything else printed there would break it.
-    sys.stdout.flush()
-    anyio.run(server.serve_stdio)
+    hosts = [allowed_host(name) for name in allowed_hosts]
+    token = mcp_token(app)
+    host, port = parse_http(http, allow_remote, token=token, allowed_hosts=hosts)
+    McpServer(app, write=write_enabled(app)).serve_http(host, port, token=token, allowed_hosts=hosts)

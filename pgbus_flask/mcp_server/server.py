@@ -1,11 +1,14 @@
 """Serving the tools: listing them, checking a call's arguments, answering it in a worker thread
-inside an app context, and saying a refusal as a tool error; over stdio or streamable HTTP."""
+inside an app context, and saying a refusal as a tool error; over stdio or streamable HTTP (there
+behind the Host/Origin checks and, with ``PGBUS_MCP_TOKEN``, the bearer token)."""
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import logging
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -16,7 +19,9 @@ import psycopg
 from flask import Flask
 from jsonschema import Draft202012Validator
 from mcp.server import Server, ServerRequestContext
+from mcp.server.auth.provider import AccessToken
 from mcp.server.stdio import stdio_server
+from pydantic import AnyHttpUrl
 
 from .. import db
 from ..cli import error_text, terminal_safe
@@ -147,21 +152,65 @@ class McpServer:
         async with stdio_server() as (read, write):
             await self.server.run(read, write, self.server.create_initialization_options())
 
-    def serve_http(self, host: str, port: int) -> None:
+    def serve_http(self, host: str, port: int, *, token: str | None = None,
+                   allowed_hosts: Sequence[str] = ()) -> None:
+        """Serve streamable HTTP at ``http://host:port/mcp``: only to requests whose Host (and Origin, when
+        sent) is a loopback name (on a loopback bind) or one of ``allowed_hosts``, and, with ``token``, only
+        to those sending it as their bearer token."""
         import uvicorn
-        from mcp.server.transport_security import TransportSecuritySettings
 
-        security = None
-        if is_loopback(host):  # refuse other Host and Origin headers (DNS rebinding)
-            names = sorted({f"[{h}]" if ":" in h else h for h in (host, "127.0.0.1", "localhost", "::1")})
-            security = TransportSecuritySettings(enable_dns_rebinding_protection=True,
-                                                 allowed_hosts=[f"{n}:*" for n in names],
-                                                 allowed_origins=[f"http://{n}:*" for n in names])
-        starlette = self.server.streamable_http_app(host=host, transport_security=security)
+        starlette = self.server.streamable_http_app(host=host, **http_guards(host, port, token, allowed_hosts))
         shown = f"[{host}]" if ":" in host else host
+        guard = "; bearer token required" if token is not None else ""
         click.echo(f"pgbus MCP server ({'read and write' if self.write else 'read-only'}) on "
-                   f"http://{shown}:{port}/mcp", err=True)
+                   f"http://{shown}:{port}/mcp{guard}", err=True)
         uvicorn.Server(uvicorn.Config(starlette, host=host, port=port, log_level="warning")).run()
+
+
+class StaticTokenVerifier:
+    """The ``mcp`` package's :class:`TokenVerifier` for one shared secret (``PGBUS_MCP_TOKEN``), compared in
+    constant time: a token that is not it is no token at all, so its request gets the 401."""
+
+    CLIENT_ID = "pgbus-mcp-token"
+
+    def __init__(self, token: str) -> None:
+        self._expected = token.encode("ascii")
+
+    def __repr__(self) -> str:  # the token is a secret: never in a log line or a traceback's locals
+        return f"{type(self).__name__}(***)"
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if not hmac.compare_digest(token.strip().encode("latin-1", "replace"), self._expected):
+            return None
+        return AccessToken(token="***", client_id=self.CLIENT_ID, scopes=[])
+
+
+def http_guards(host: str, port: int, token: str | None, allowed_hosts: Sequence[str]) -> dict[str, Any]:
+    """The ``transport_security``, ``auth`` and ``token_verifier`` arguments of ``streamable_http_app``."""
+    from mcp.server.auth.settings import AuthSettings
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    # Refuse other Host and Origin headers (DNS rebinding, and pages of other sites): loopback names on a
+    # loopback bind, and the names the operator listed (a proxy's public name, the server's own).
+    names = sorted({f"[{h}]" if ":" in h else h for h in (host, "127.0.0.1", "localhost", "::1")}) \
+        if is_loopback(host) else []
+    hosts = [f"{n}:*" for n in names]
+    origins = [f"http://{n}:*" for n in names]
+    for allowed in allowed_hosts:
+        # Without a port: any port, and none (what a client sends through a proxy on 80 or 443).
+        patterns = [allowed] if re.search(r":\d+$", allowed) else [allowed, f"{allowed}:*"]
+        hosts += patterns
+        origins += [f"{scheme}://{pattern}" for scheme in ("http", "https") for pattern in patterns]
+    guards: dict[str, Any] = {"transport_security": TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)}
+    if token is not None:
+        shown = f"[{host}]" if ":" in host else host
+        # The package's bearer middleware is only wired in with an AuthSettings, whose issuer_url is a required
+        # field; without an auth_server_provider or a resource_server_url it serves no OAuth route and no
+        # metadata, and the URL is never sent. So it names this server, the one place a token comes from here.
+        guards["auth"] = AuthSettings(issuer_url=AnyHttpUrl(f"http://{shown}:{port}"), resource_server_url=None)
+        guards["token_verifier"] = StaticTokenVerifier(token)
+    return guards
 
 
 def _version() -> str:
