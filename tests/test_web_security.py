@@ -453,3 +453,33 @@ def test_security_headers(app: Flask) -> None:
     response = app.test_client().get("/pgbus/")
     assert response.headers["X-Content-Type-Options"] == "nosniff"
     assert response.headers["Cache-Control"] == "no-store"
+
+
+# -- framing -------------------------------------------------------------------------------------
+
+
+def test_pages_may_be_framed_only_by_the_same_origin(app: Flask) -> None:
+    client = app.test_client()
+    for url in ("/pgbus/", "/pgbus/api/overview", "/pgbus/runs/not-a-uuid", "/pgbus/api/runs/x/y"):
+        response = client.get(url)
+        assert response.headers.get("Content-Security-Policy") == "frame-ancestors 'self'", url
+        assert response.headers.get("X-Frame-Options") == "SAMEORIGIN", url
+    refused = client.post("/pgbus/runs/not-a-uuid/actions/cancel")
+    assert refused.headers.get("X-Frame-Options") == "SAMEORIGIN"
+
+
+@pytest.mark.parametrize("own", [{"Content-Security-Policy": "default-src 'self'"},
+                                 {"Content-Security-Policy": "frame-ancestors https://portal.example"},
+                                 {"X-Frame-Options": "DENY"}])
+@pytest.mark.parametrize("hook", ["after_request", "view"])
+def test_a_host_apps_own_framing_headers_are_left_alone(app: Flask, own: dict[str, str], hook: str) -> None:
+    if hook == "after_request":
+        @app.after_request
+        def _own_headers(response: Any) -> Any:
+            response.headers.update(own)
+            return response
+    else:  # a host app that answers at a dashboard URL with headers of its own
+        app.view_functions["pgbus.overview"] = lambda: ("host page", 200, own)
+    response = app.test_client().get("/pgbus/")
+    assert {name: response.headers.get(name) for name in ("Content-Security-Policy", "X-Frame-Options")} == {
+        "Content-Security-Policy": own.get("Content-Security-Policy"), "X-Frame-Options": own.get("X-Frame-Options")}
