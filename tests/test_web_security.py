@@ -18,6 +18,7 @@ from pgbus_flask import engine as engine_module
 from pgbus_flask.config import Settings
 from pgbus_flask.errors import ConfigError, DatabaseUnavailable
 from pgbus_flask.handle import Run
+from pgbus_flask.web import security
 from pgbus_flask.web.security import CSRF_COOKIE
 
 from .conftest import work
@@ -569,6 +570,48 @@ def test_bad_dashboard_hosts_are_named_at_start_up(value: Any, message: str) -> 
     with pytest.raises(ConfigError, match=message) as caught:
         Settings.load({"PGBUS_DASHBOARD_HOSTS": value})
     assert caught.value.key == "PGBUS_DASHBOARD_HOSTS"
+
+
+# -- what the auth hook may answer -----------------------------------------------------------------
+
+
+class NotAName:
+    """A truthy object that is not a name: what a hook returning a user object gives."""
+
+
+@pytest.mark.settings(PGBUS_DASHBOARD_AUTH=lambda request: {"7": 7, "true": True, "blank": "", "false": False}.get(
+    request.headers.get("X-Who", "")))
+@pytest.mark.parametrize(("who", "status", "actor"), [
+    ("7", 200, "dashboard:7"), ("true", 200, "dashboard:anonymous"), ("blank", 401, None), ("false", 401, None),
+    ("none", 401, None),
+])
+def test_the_documented_auth_answers(app: Flask, who: str, status: int, actor: str | None) -> None:
+    page = app.test_client().get("/pgbus/", headers={"X-Who": who})
+    assert page.status_code == status
+    if actor:
+        assert f'data-testid="actor">{actor}<' in page.get_data(as_text=True)
+
+
+@pytest.mark.settings(PGBUS_DASHBOARD_AUTH=lambda request: NotAName())
+def test_an_auth_answer_of_another_type_is_a_500_that_names_it(app: Flask, caplog: pytest.LogCaptureFixture,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(security, "_MISCONFIGURED_LOGGED", set())  # as in a fresh process
+    run = started(app)
+    client = app.test_client()
+    with caplog.at_level("ERROR", logger="pgbus_flask.web"):
+        page = client.get(f"/pgbus/runs/{run.workflow_id}")
+        assert page.status_code == 500
+        text = text_of(page.get_data(as_text=True))
+        assert "PGBUS_DASHBOARD_AUTH returned NotAName; return the user's id or None." in text
+        assert 'data-testid="actor"' not in page.get_data(as_text=True) and str(run.workflow_id) not in text
+        api = client.get("/pgbus/api/runs")
+        assert api.status_code == 500 and "returned NotAName" in api.get_json()["error"]
+        done = client.post(f"/pgbus/runs/{run.workflow_id}/actions/cancel", data={"confirmed": "1"})
+        assert done.status_code == 500
+    assert Run(engine_of(app), run.workflow_id).status == "ready"
+    logged = [r for r in caplog.records if "PGBUS_DASHBOARD_AUTH returned" in r.getMessage()]
+    assert len(logged) == 1, "logged once per type and process"
+    assert "NotAName" in logged[0].getMessage()
 
 
 # -- framing -------------------------------------------------------------------------------------

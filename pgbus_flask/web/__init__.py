@@ -158,7 +158,7 @@ def make_blueprint(engine: Engine) -> Blueprint:
         if exc.code is None or exc.code < 400:
             return exc
         titles = {400: i18n.N_("Bad request"), 401: i18n.N_("Sign-in required"), 403: i18n.N_("Forbidden"),
-                  404: i18n.N_("Page not found"), 405: i18n.N_("Method not allowed")}
+                  404: i18n.N_("Page not found"), 405: i18n.N_("Method not allowed"), 500: i18n.N_("Server error")}
         title = i18n.gettext(titles[exc.code]) if exc.code in titles else str(exc.name)
         return _error_page(exc.code, title, exc.description or "")
 

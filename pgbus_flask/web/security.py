@@ -1,6 +1,12 @@
 """Who may use the dashboard (``PGBUS_DASHBOARD_AUTH``), at which hosts an open one answers, and the
 CSRF check of its forms.
 
+``PGBUS_DASHBOARD_AUTH`` answers with the operator's name or id (a non-empty
+``str`` or an ``int``), ``True`` (an anonymous operator), or a falsy value (a
+401). Anything else (Flask-Login's ``current_user`` itself, say: its anonymous
+user is truthy) is a configuration error: a 500 naming the type, and nothing
+shown or changed.
+
 A dashboard without that hook (debug, testing, ``PGBUS_DASHBOARD_PUBLIC``)
 answers only at loopback names and addresses, the app's ``TRUSTED_HOSTS`` and
 ``PGBUS_DASHBOARD_HOSTS``: any other ``Host`` is a 400 that changes nothing.
@@ -44,7 +50,8 @@ from urllib.parse import urlsplit
 
 from flask import Blueprint, Flask, current_app, g, request
 from flask.blueprints import BlueprintSetupState
-from werkzeug.exceptions import BadRequest, Forbidden, Unauthorized
+from werkzeug.exceptions import BadRequest, Forbidden, InternalServerError, Unauthorized
+from werkzeug.local import LocalProxy
 from werkzeug.wrappers import Response
 
 from ..config import Settings, parse_value
@@ -63,6 +70,7 @@ _PROCESS_KEY = secrets.token_bytes(32)
 _SAFE_FETCH_SITES = ("same-origin", "none")
 # A Host header: a name or IPv4 address, or an IPv6 address in brackets, and an optional port.
 _HOST = re.compile(r"([a-z0-9.-]+|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?")
+_MISCONFIGURED_LOGGED: set[str] = set()  # the types of wrong auth answers already logged in this process
 
 
 class HostRefused(BadRequest):
@@ -85,10 +93,32 @@ def authenticate(settings: Settings, app: Flask) -> str:
             "The pgbus dashboard is turned off: set PGBUS_DASHBOARD_AUTH to a function that returns the name of "
             "the signed-in operator (or PGBUS_DASHBOARD_PUBLIC = True to serve it to everyone)."))
     who: Any = auth(request)
+    if isinstance(who, LocalProxy):  # current_user itself: judge what it stands for
+        who = who._get_current_object()
     if not who:
         raise Unauthorized(gettext("You are not allowed to use the pgbus dashboard: please sign in."))
-    name = "anonymous" if who is True else str(who)
+    if who is True:
+        name = "anonymous"
+    elif isinstance(who, str):
+        name = who
+    elif isinstance(who, int) and not isinstance(who, bool):
+        name = str(int(who))  # the number, whatever an int subclass prints
+    else:
+        _misconfigured(type(who))
     return f"dashboard:{name}"
+
+
+def _misconfigured(kind: type) -> NoReturn:
+    """A 500 naming the type the auth hook returned: a truthy object is not a name (logged once per type)."""
+    shown = kind.__qualname__
+    if shown not in _MISCONFIGURED_LOGGED:
+        _MISCONFIGURED_LOGGED.add(shown)
+        log.error("pgbus dashboard: PGBUS_DASHBOARD_AUTH returned a %s.%s, which is not an operator's name, so "
+                  "the request was refused with a 500: return the user's name or id (str or int), True, or None "
+                  "to refuse", kind.__module__, shown)
+    raise InternalServerError(gettext(
+        "PGBUS_DASHBOARD_AUTH returned %(type)s; return the user's id or None. Nothing was shown or changed.",
+        type=shown))
 
 
 def check_host(settings: Settings, app: Flask) -> None:
