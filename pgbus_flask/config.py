@@ -57,8 +57,12 @@ KEYS: tuple[Key, ...] = (
     Key("PGBUS_DASHBOARD_AUTH", None,
         "callable(request) -> actor name, or None/False to refuse; without it the dashboard is debug/testing only",
         "opt_callable"),
-    Key("PGBUS_DASHBOARD_PUBLIC", False, "serve the dashboard without PGBUS_DASHBOARD_AUTH (actor 'anonymous')",
-        "bool"),
+    Key("PGBUS_DASHBOARD_PUBLIC", False,
+        "serve the dashboard without PGBUS_DASHBOARD_AUTH (actor 'anonymous'), at loopback names and"
+        " PGBUS_DASHBOARD_HOSTS", "bool"),
+    Key("PGBUS_DASHBOARD_HOSTS", (),
+        "host names a dashboard without PGBUS_DASHBOARD_AUTH answers at, besides loopback and the app's"
+        " TRUSTED_HOSTS (comma-separated; '.example.com' for its subdomains)", "hosts"),
     Key("PGBUS_SUBJECT_URL", None, "callable(subject_type, subject_id) -> URL of the subject's page", "opt_callable"),
     Key("PGBUS_APP_REVISION", None, "the app's revision, recorded on every attempt (e.g. a git sha)", "opt_str"),
     Key("PGBUS_LOCALES", SHIPPED_LOCALES, "locales the dashboard offers, among the shipped ones", "locales"),
@@ -118,6 +122,7 @@ class Settings:
     metrics_token: str | None = field(default=None, repr=False)
     mcp_write: bool = False
     mcp_token: str | None = field(default=None, repr=False)
+    dashboard_hosts: tuple[str, ...] = field(default=())
 
     @classmethod
     def load(cls, values: Mapping[str, Any]) -> Settings:
@@ -160,6 +165,7 @@ class Settings:
             metrics_token=parsed["PGBUS_METRICS_TOKEN"],
             mcp_write=parsed["PGBUS_MCP_WRITE"],
             mcp_token=parsed["PGBUS_MCP_TOKEN"],
+            dashboard_hosts=parsed["PGBUS_DASHBOARD_HOSTS"],
         )
 
     @classmethod
@@ -382,6 +388,12 @@ def _parse(key: Key, value: Any) -> Any:
         return str(value)
     if kind == "modules":
         return tuple(_split(value))
+    if kind == "hosts":
+        if value is None:
+            return ()
+        if not isinstance(value, (str, list, tuple, set, frozenset)):
+            raise ConfigError(name, f"must be a list of host names or a comma-separated string, got {value!r}")
+        return tuple(_host_pattern(name, item) for item in _split(value))
     if kind == "folders":
         import os
 
@@ -414,6 +426,37 @@ def _split(value: Any) -> list[str]:
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
     return [str(part) for part in value]
+
+
+# A host name or IPv4 address, or an IPv6 address in brackets; then an optional port (ignored, as
+# werkzeug's TRUSTED_HOSTS ignores it).
+_HOST_PATTERN = re.compile(r"(\.?[a-z0-9-]+(?:\.[a-z0-9-]+)*|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?")
+
+
+def _host_pattern(name: str, item: str) -> str:
+    """One PGBUS_DASHBOARD_HOSTS entry, lower case without its port (IPv6 in brackets): a host, or
+    ``.example.com`` for that name and its subdomains, as Flask's ``TRUSTED_HOSTS`` takes them."""
+    text = item.strip().lower()
+    try:
+        text = text.encode("idna").decode("ascii") if not text.isascii() else text
+    except UnicodeError:
+        raise ConfigError(name, f"is not a host name: {item!r}") from None
+    if text.count(":") > 1 and not text.startswith("[") and "/" not in text:
+        text = f"[{text}]"  # a bare IPv6 address
+    found = _HOST_PATTERN.fullmatch(text)
+    if found is None:
+        hint = " (a host name, not a URL)" if "/" in text else ""
+        raise ConfigError(name, f"must list host names, such as ops.example.com or .example.com for its"
+                                f" subdomains{hint}, got {item!r}")
+    host = found.group(1)
+    if host.startswith("["):
+        import ipaddress
+
+        try:
+            host = f"[{ipaddress.IPv6Address(host[1:-1]).compressed}]"
+        except ValueError:
+            raise ConfigError(name, f"is not an IPv6 address: {item!r}") from None
+    return host
 
 
 def _import_dotted(name: str, path: str) -> Any:

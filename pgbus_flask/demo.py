@@ -8,7 +8,9 @@ folder. It migrates, starts two ``pgbus-worker`` processes (one for every
 queue but ``rendering`` and ``partners``, with the sweep; one for the slow
 ``rendering`` queue), seeds runs in every state the dashboard shows (see
 :func:`seed`), serves the app on 127.0.0.1 and stops everything it started
-on Ctrl-C or SIGTERM.
+on Ctrl-C or SIGTERM. Its dashboard has no sign-in, so it answers at loopback
+names (``localhost``, ``127.0.0.1``), at ``--host`` and at the names in
+``PGBUS_DASHBOARD_HOSTS``, and refuses every other ``Host`` (DNS rebinding).
 
 To "fix" the failing invoice syncs: open ``/erp`` and bring the ERP back
 online (or ``SET pgbus-demo:erp-online 1`` in Redis), then resume the runs
@@ -193,14 +195,18 @@ def page(title: str, body: Markup | str) -> str:
     return PAGE.format(title=escape(title), body=body if isinstance(body, Markup) else escape(body))
 
 
-def create_app(services: Services) -> Flask:
-    """The demo shop: the dashboard at ``/pgbus``, subject pages, and the ERP switch at ``/erp``."""
+def create_app(services: Services, hosts: tuple[str, ...] = ()) -> Flask:
+    """The demo shop: the dashboard at ``/pgbus``, subject pages, and the ERP switch at ``/erp``.
+
+    ``hosts``: names the dashboard answers at besides loopback ones (``PGBUS_DASHBOARD_HOSTS``).
+    """
     app = Flask("pgbus_demo")
     app.config.update(
         SECRET_KEY=os.urandom(24).hex(),
         PGBUS_DATABASE_URL=services.database_url,
         PGBUS_REDIS_URL=services.redis_url,
         PGBUS_DASHBOARD_PUBLIC=True,
+        PGBUS_DASHBOARD_HOSTS=hosts,
         PGBUS_SUBJECT_URL=subject_url,
         **DEMO_SETTINGS,
     )
@@ -554,6 +560,10 @@ def running(services: Services) -> Iterator[Services]:
         services.stop()
 
 
+def _split_hosts(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pgbus-demo", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -595,7 +605,9 @@ def main(argv: list[str] | None = None) -> int:
                     ("PGBUS_DATABASE_URL", services.database_url), ("PGBUS_REDIS_URL", services.redis_url),
                     ("PGBUS_IMPORT", DEMO_SETTINGS["PGBUS_IMPORT"]))
             ) + " pgbus-worker --queues partners")
-            app = create_app(services)
+            # The address it listens on is a name to answer at; a wildcard one names no host.
+            listed = [] if args.host in ("0.0.0.0", "::", "") else [args.host]
+            app = create_app(services, (*listed, *_split_hosts(os.environ.get("PGBUS_DASHBOARD_HOSTS", ""))))
             engine: Engine = app.extensions["pgbus"]
             services.stops.append(engine.close)
             from werkzeug.serving import make_server
@@ -617,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
                 traffic.start()
             if args.host not in ("127.0.0.1", "localhost", "::1"):
                 say(f"warning: the dashboard has no login and listens on {args.host}: anyone who reaches it can "
-                    "act on runs")
+                    "act on runs (it answers at localhost, at --host and at the names in PGBUS_DASHBOARD_HOSTS)")
             host = f"[{args.host}]" if ":" in args.host else args.host
             say(f"open http://{host}:{server.port}/pgbus/   (Ctrl-C to stop)")
             try:

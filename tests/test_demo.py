@@ -11,6 +11,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 
@@ -139,6 +141,14 @@ def gone(pid: int) -> bool:
         return True
 
 
+def status_of(url: str, host: str) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers={"Host": host}), timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as refused:
+        return refused.code
+
+
 def test_demo_seeds_serves_and_stops_cleanly(demo: Demo, demo_urls: tuple[str, str]) -> None:
     workers = [int(pid) for pid in demo.wait_for(WORKERS_LINE, timeout=60).groups()]
     seeded = demo.wait_for(SEEDED_LINE, timeout=60)
@@ -149,6 +159,11 @@ def test_demo_seeds_serves_and_stops_cleanly(demo: Demo, demo_urls: tuple[str, s
         assert response.status == 200
     with urllib.request.urlopen(url.removesuffix("pgbus/") + "orders/1042", timeout=10) as response:
         assert response.status == 200
+    # No sign-in, so it answers at loopback names only: not at a name rebound to its address.
+    port = urllib.parse.urlsplit(url).port
+    assert status_of(url + "api/overview", f"localhost:{port}") == 200
+    assert status_of(url + "api/overview", f"127.0.0.1:{port}") == 200
+    assert status_of(url + "api/overview", f"rebind.attacker.example:{port}") == 400
 
     with psycopg.connect(demo_urls[0]) as conn:
         statuses = {row[0]: row[1] for row in conn.execute(

@@ -3,6 +3,8 @@ visitors are refused."""
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 import pytest
@@ -11,8 +13,9 @@ from flask_login import LoginManager, UserMixin, current_user, login_user, logou
 from werkzeug.exceptions import Forbidden
 
 from pgbus_flask.handle import Run
+from pgbus_flask.web import security
 
-from .conftest import work
+from .conftest import ROOT, work
 from .webtools import csrf, engine_of, text_of
 from .workflows import FailsUntil, ThreeSteps
 
@@ -120,3 +123,58 @@ def test_the_longer_recipe_sends_anonymous_visitors_to_sign_in_and_keeps_others_
 
     client.post("/sign-in", data={"id": "7"})
     assert 'data-testid="actor">dashboard:7<' in client.get("/pgbus/runs").get_data(as_text=True)
+
+
+def current_user_itself(request: Any) -> Any:
+    # Looks right, but Flask-Login's anonymous user is truthy: a configuration error, not a name.
+    return current_user
+
+
+@pytest.mark.settings(PGBUS_DASHBOARD_AUTH=current_user_itself)
+def test_returning_current_user_itself_is_a_500_naming_its_type(app: Flask, caplog: pytest.LogCaptureFixture,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(security, "_MISCONFIGURED_LOGGED", set())  # as in a fresh process
+    with_sign_in(app)
+    with app.app_context():
+        run = FailsUntil.start(fail_until=1)
+        work(engine_of(app))
+    client = app.test_client()
+    with caplog.at_level("ERROR", logger="pgbus_flask.web"):
+        page = client.get(f"/pgbus/runs/{run.workflow_id}")
+        assert page.status_code == 500
+        text = text_of(page.get_data(as_text=True))
+        assert "PGBUS_DASHBOARD_AUTH returned AnonymousUserMixin; return the user's id or None." in text
+        assert "dashboard:" not in text and "fail_until" not in text, "nothing of the run is shown"
+        refused = client.post(f"/pgbus/runs/{run.workflow_id}/actions/resume", data={"confirmed": "1"})
+        assert refused.status_code == 500
+        client.post("/sign-in", data={"id": "7"})
+        signed_in = client.get("/pgbus/")
+        assert signed_in.status_code == 500 and "returned User;" in text_of(signed_in.get_data(as_text=True))
+        assert client.get("/pgbus/").status_code == 500
+    after = Run(engine_of(app), run.workflow_id)
+    assert after.status == "paused" and "resumed" not in [e["event"] for e in after.events()]
+    logged = [r.getMessage() for r in caplog.records if "PGBUS_DASHBOARD_AUTH returned" in r.getMessage()]
+    assert len(logged) == 2, "once per type"
+    assert "flask_login.mixins.AnonymousUserMixin" in logged[0] and "test_flask_login.User" in logged[1]
+
+
+def readme_one_liner() -> Any:
+    """The Flask-Login line README.md shows, made into the function it describes."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        found = re.search(r"`(lambda request: current_user[^`]*)`", f.read())
+    assert found, "README.md shows the Flask-Login one-liner"
+    return eval(found.group(1), {"current_user": current_user})  # the README's own text
+
+
+README_AUTH = readme_one_liner()
+
+
+@pytest.mark.settings(PGBUS_DASHBOARD_AUTH=README_AUTH)
+def test_the_readme_one_liner_refuses_anonymous_visitors_and_names_operators(app: Flask) -> None:
+    with_sign_in(app)
+    client = app.test_client()
+    anonymous = client.get("/pgbus/")
+    assert anonymous.status_code == 401
+    assert "please sign in" in text_of(anonymous.get_data(as_text=True))
+    client.post("/sign-in", data={"id": "8"})
+    assert 'data-testid="actor">dashboard:8<' in client.get("/pgbus/").get_data(as_text=True)

@@ -337,6 +337,24 @@ def test_a_token_opens_the_metrics_of_a_closed_dashboard(clean: None, pg_url: st
         engine_of(app).close()
 
 
+def test_an_open_dashboard_s_metrics_answer_only_its_hosts_without_a_token(clean: None, pg_url: str,
+                                                                             redis_url: str) -> None:
+    """DNS rebinding: a page on another name, rebound to this address, must not read them; the token still may."""
+    app = closed_app(pg_url, redis_url, PGBUS_DASHBOARD_PUBLIC=True, PGBUS_METRICS=True, PGBUS_METRICS_TOKEN=TOKEN)
+    try:
+        client = app.test_client()
+        rebound = client.get("/pgbus/metrics", base_url="http://rebind.attacker.example:5000")
+        assert rebound.status_code == 400 and rebound.content_type.startswith("text/plain")
+        assert "pgbus_" not in rebound.get_data(as_text=True)
+        assert "PGBUS_DASHBOARD_HOSTS" in rebound.get_data(as_text=True)
+        assert "<" not in rebound.get_data(as_text=True), "plain text, no HTML"
+        assert client.get("/pgbus/metrics", base_url="http://127.0.0.1:5000").status_code == 200
+        assert client.get("/pgbus/metrics", base_url="http://rebind.attacker.example:5000",
+                          headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+    finally:
+        engine_of(app).close()
+
+
 def test_metrics_are_off_by_default(clean: None, pg_url: str, redis_url: str) -> None:
     app = closed_app(pg_url, redis_url, PGBUS_DASHBOARD_PUBLIC=True, PGBUS_METRICS_TOKEN=TOKEN)
     try:

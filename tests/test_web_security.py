@@ -15,8 +15,10 @@ from werkzeug.test import TestResponse
 
 from pgbus_flask import PgBus, Workflow, step
 from pgbus_flask import engine as engine_module
-from pgbus_flask.errors import DatabaseUnavailable
+from pgbus_flask.config import Settings
+from pgbus_flask.errors import ConfigError, DatabaseUnavailable
 from pgbus_flask.handle import Run
+from pgbus_flask.web import security
 from pgbus_flask.web.security import CSRF_COOKIE
 
 from .conftest import work
@@ -229,6 +231,7 @@ def test_a_same_origin_post_goes_through(app: Flask, headers: dict[str, str]) ->
     assert Run(engine_of(app), run.workflow_id).status == "cancelled"
 
 
+@pytest.mark.settings(PGBUS_DASHBOARD_HOSTS="ops.example.com")  # an open dashboard answers there
 def test_the_origin_is_compared_with_the_host_the_browser_asked_for(app: Flask) -> None:
     run = started(app)
     client = app.test_client()
@@ -453,3 +456,189 @@ def test_security_headers(app: Flask) -> None:
     response = app.test_client().get("/pgbus/")
     assert response.headers["X-Content-Type-Options"] == "nosniff"
     assert response.headers["Cache-Control"] == "no-store"
+
+
+# -- the hosts an open dashboard answers at (DNS rebinding) ---------------------------------------
+
+REBOUND = "rebind.attacker.example:5000"
+HOST_REFUSED = "This dashboard has no sign-in, so it answers only at localhost"
+
+
+def open_as(app: Flask, mode: str) -> None:
+    """The three ways a dashboard answers without PGBUS_DASHBOARD_AUTH (the fixture's app is testing)."""
+    if mode == "debug":
+        app.testing, app.debug = False, True
+    elif mode == "public":  # with PGBUS_DASHBOARD_PUBLIC set by the test's marker
+        app.testing = False
+
+
+def at(host: str) -> str:
+    return f"http://{host}"
+
+
+@pytest.mark.parametrize("mode", ["testing", "debug", pytest.param(
+    "public", marks=pytest.mark.settings(PGBUS_DASHBOARD_PUBLIC=True))])
+def test_an_open_dashboard_answers_nothing_at_a_rebound_host(app: Flask, mode: str) -> None:
+    """A page on the attacker's name, rebound to the dashboard's address, is same-origin with it: refused."""
+    open_as(app, mode)
+    run = started(app, order_id=4242)
+    client = app.test_client()
+    listed = client.get("/pgbus/api/runs", base_url=at(REBOUND))
+    assert listed.status_code == 400 and listed.is_json
+    assert set(listed.get_json()) == {"error", "status"} and listed.get_json()["status"] == 400
+    assert HOST_REFUSED in listed.get_json()["error"] and "4242" not in listed.get_data(as_text=True)
+    page = client.get(f"/pgbus/runs/{run.workflow_id}", base_url=at(REBOUND))
+    assert page.status_code == 400 and HOST_REFUSED in text_of(page.get_data(as_text=True))
+    assert "4242" not in page.get_data(as_text=True)
+    live = client.get("/pgbus/", base_url=at(REBOUND), headers={"X-Pgbus-Live": "1"})
+    assert live.status_code == 400
+
+    # A token and its cookie from the real host, replayed with the rebound Host, a matching Origin and
+    # Sec-Fetch-Site: same-origin (what the browser sends for the attacker's page).
+    token = csrf(client)
+    cookie = client.get_cookie(CSRF_COOKIE, path="/pgbus")
+    assert cookie is not None
+    client.set_cookie(CSRF_COOKIE, cookie.value, domain="rebind.attacker.example", path="/pgbus")
+    headers = {"Origin": at(REBOUND), "Sec-Fetch-Site": "same-origin"}
+    for url in (f"/pgbus/runs/{run.workflow_id}/actions/cancel", f"/pgbus/api/runs/{run.workflow_id}/actions/cancel"):
+        refused = client.post(url, base_url=at(REBOUND), headers=headers,
+                              data={"csrf_token": token, "confirmed": "1", "reason": "rebound"})
+        assert refused.status_code == 400, url
+    after = Run(engine_of(app), run.workflow_id)
+    assert after.status == "ready"
+    assert [e["event"] for e in after.events()] == ["started", "step_scheduled"]
+
+
+def test_the_host_refusal_is_in_the_viewers_language(app: Flask) -> None:
+    page = app.test_client().get("/pgbus/", base_url=at(REBOUND), headers={"Accept-Language": "de"})
+    assert page.status_code == 400
+    assert "Dieses Dashboard hat keine Anmeldung" in text_of(page.get_data(as_text=True))
+
+
+@pytest.mark.parametrize("host", ["localhost", "localhost:5000", "LOCALHOST:5000", "127.0.0.1:5000", "127.9.9.9",
+                                  "[::1]:5000", "[::1]", "pgbus.localhost:8080"])
+def test_an_open_dashboard_answers_at_loopback_names_and_addresses(app: Flask, host: str) -> None:
+    started(app)
+    client = app.test_client()
+    response = client.get("/pgbus/api/runs", base_url=at(host))
+    assert response.status_code == 200, response.get_data(as_text=True)[:300]
+    assert client.get("/pgbus/", base_url=at(host)).status_code == 200
+
+
+@pytest.mark.parametrize("host", ["localhost.attacker.example", "127.0.0.1.attacker.example", "localhost.",
+                                  "10.0.0.5:5000", "[fd00::1]:5000", "0.0.0.0:5000", "attacker.example@localhost"])
+def test_names_that_only_look_like_loopback_are_refused(app: Flask, host: str) -> None:
+    response = app.test_client().get("/pgbus/api/runs", base_url=at(host))
+    assert response.status_code == 400
+
+
+@pytest.mark.settings(PGBUS_DASHBOARD_HOSTS="ops.example.com, .internal.example, [fd00::1]")
+@pytest.mark.parametrize(("host", "status"), [
+    ("ops.example.com", 200), ("ops.example.com:8443", 200), ("OPS.example.com", 200), ("internal.example", 200),
+    ("a.b.internal.example:5000", 200), ("[fd00:0::1]:5000", 200), ("localhost:5000", 200),
+    ("example.com", 400), ("ops.example.com.attacker.example", 400), ("xinternal.example", 400),
+    ("rebind.attacker.example", 400),
+])
+def test_pgbus_dashboard_hosts_extends_the_loopback_names(app: Flask, host: str, status: int) -> None:
+    assert app.test_client().get("/pgbus/api/overview", base_url=at(host)).status_code == status
+
+
+def test_trusted_hosts_extends_them_too(app: Flask) -> None:
+    """Flask refuses hosts outside ``TRUSTED_HOSTS`` itself; the dashboard answers at every one it lists."""
+    app.config["TRUSTED_HOSTS"] = [".ops.example.com", "localhost"]
+    client = app.test_client()
+    assert client.get("/pgbus/api/overview", base_url=at("eu.ops.example.com:443")).status_code == 200
+    assert client.get("/pgbus/api/overview", base_url=at("localhost")).status_code == 200
+    assert client.get("/pgbus/api/overview", base_url=at(REBOUND)).status_code == 400
+
+
+@pytest.mark.settings(PGBUS_DASHBOARD_AUTH=lambda request: "alice")
+def test_with_an_auth_hook_every_host_is_answered(app: Flask) -> None:
+    """The hook decides then: a rebound page carries no cookie of the real site."""
+    assert app.test_client().get("/pgbus/api/overview", base_url=at(REBOUND)).status_code == 200
+
+
+def test_static_files_are_served_at_any_host(app: Flask) -> None:
+    assert app.test_client().get("/pgbus/static/pgbus.css", base_url=at(REBOUND)).status_code == 200
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("*", "must list host names"), ("https://ops.example.com/", "a host name, not a URL"),
+    ("ops.example.com/pgbus", "not a URL"), (5, "must be a list of host names"), (["[fd00::zz]"], "must list host"),
+])
+def test_bad_dashboard_hosts_are_named_at_start_up(value: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        Settings.load({"PGBUS_DASHBOARD_HOSTS": value})
+    assert caught.value.key == "PGBUS_DASHBOARD_HOSTS"
+
+
+# -- what the auth hook may answer -----------------------------------------------------------------
+
+
+class NotAName:
+    """A truthy object that is not a name: what a hook returning a user object gives."""
+
+
+@pytest.mark.settings(PGBUS_DASHBOARD_AUTH=lambda request: {"7": 7, "true": True, "blank": "", "false": False}.get(
+    request.headers.get("X-Who", "")))
+@pytest.mark.parametrize(("who", "status", "actor"), [
+    ("7", 200, "dashboard:7"), ("true", 200, "dashboard:anonymous"), ("blank", 401, None), ("false", 401, None),
+    ("none", 401, None),
+])
+def test_the_documented_auth_answers(app: Flask, who: str, status: int, actor: str | None) -> None:
+    page = app.test_client().get("/pgbus/", headers={"X-Who": who})
+    assert page.status_code == status
+    if actor:
+        assert f'data-testid="actor">{actor}<' in page.get_data(as_text=True)
+
+
+@pytest.mark.settings(PGBUS_DASHBOARD_AUTH=lambda request: NotAName())
+def test_an_auth_answer_of_another_type_is_a_500_that_names_it(app: Flask, caplog: pytest.LogCaptureFixture,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(security, "_MISCONFIGURED_LOGGED", set())  # as in a fresh process
+    run = started(app)
+    client = app.test_client()
+    with caplog.at_level("ERROR", logger="pgbus_flask.web"):
+        page = client.get(f"/pgbus/runs/{run.workflow_id}")
+        assert page.status_code == 500
+        text = text_of(page.get_data(as_text=True))
+        assert "PGBUS_DASHBOARD_AUTH returned NotAName; return the user's id or None." in text
+        assert 'data-testid="actor"' not in page.get_data(as_text=True) and str(run.workflow_id) not in text
+        api = client.get("/pgbus/api/runs")
+        assert api.status_code == 500 and "returned NotAName" in api.get_json()["error"]
+        done = client.post(f"/pgbus/runs/{run.workflow_id}/actions/cancel", data={"confirmed": "1"})
+        assert done.status_code == 500
+    assert Run(engine_of(app), run.workflow_id).status == "ready"
+    logged = [r for r in caplog.records if "PGBUS_DASHBOARD_AUTH returned" in r.getMessage()]
+    assert len(logged) == 1, "logged once per type and process"
+    assert "NotAName" in logged[0].getMessage()
+
+
+# -- framing -------------------------------------------------------------------------------------
+
+
+def test_pages_may_be_framed_only_by_the_same_origin(app: Flask) -> None:
+    client = app.test_client()
+    for url in ("/pgbus/", "/pgbus/api/overview", "/pgbus/runs/not-a-uuid", "/pgbus/api/runs/x/y"):
+        response = client.get(url)
+        assert response.headers.get("Content-Security-Policy") == "frame-ancestors 'self'", url
+        assert response.headers.get("X-Frame-Options") == "SAMEORIGIN", url
+    refused = client.post("/pgbus/runs/not-a-uuid/actions/cancel")
+    assert refused.headers.get("X-Frame-Options") == "SAMEORIGIN"
+
+
+@pytest.mark.parametrize("own", [{"Content-Security-Policy": "default-src 'self'"},
+                                 {"Content-Security-Policy": "frame-ancestors https://portal.example"},
+                                 {"X-Frame-Options": "DENY"}])
+@pytest.mark.parametrize("hook", ["after_request", "view"])
+def test_a_host_apps_own_framing_headers_are_left_alone(app: Flask, own: dict[str, str], hook: str) -> None:
+    if hook == "after_request":
+        @app.after_request
+        def _own_headers(response: Any) -> Any:
+            response.headers.update(own)
+            return response
+    else:  # a host app that answers at a dashboard URL with headers of its own
+        app.view_functions["pgbus.overview"] = lambda: ("host page", 200, own)
+    response = app.test_client().get("/pgbus/")
+    assert {name: response.headers.get(name) for name in ("Content-Security-Policy", "X-Frame-Options")} == {
+        "Content-Security-Policy": own.get("Content-Security-Policy"), "X-Frame-Options": own.get("X-Frame-Options")}

@@ -4,6 +4,10 @@
 Templates live under ``pgbus/`` in the ``pgbus_flask.templates`` package, so
 a host app overrides any page by putting a file at the same path in its own
 templates folder.
+
+Every answer but a static file says ``Content-Security-Policy: frame-ancestors 'self'`` and
+``X-Frame-Options: SAMEORIGIN`` (no other site may frame a page to click its buttons), unless the
+host app set either header itself: that is added once the host's own ``after_request`` hooks ran.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 import psycopg
-from flask import Blueprint, current_app, g, request, url_for
+from flask import Blueprint, Flask, current_app, g, request, request_finished, url_for
+from flask.blueprints import BlueprintSetupState
 from markupsafe import Markup
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.wrappers import Response
@@ -27,6 +32,8 @@ from . import api, embed, helpers, i18n, inputs, insights, live, messages, prese
 from . import metrics as scrape
 
 log = logging.getLogger("pgbus_flask.web")
+
+FRAME_HEADERS = {"Content-Security-Policy": "frame-ancestors 'self'", "X-Frame-Options": "SAMEORIGIN"}
 
 
 def make_blueprint(engine: Engine) -> Blueprint:
@@ -68,6 +75,19 @@ def make_blueprint(engine: Engine) -> Blueprint:
             response.headers.setdefault("Referrer-Policy", "same-origin")
             response.vary.add(live.HEADER)  # a live refresh takes no notice out of the session
         return response
+
+    def _frame_guard(sender: Flask, response: Response, **extra: Any) -> None:
+        # Sent after every after_request hook, the host app's too: a header it set is seen here and kept.
+        prefix = settings.dashboard_prefix
+        if not prefix or not (request.path + "/").startswith(prefix + "/") or request.endpoint == "pgbus.static":
+            return
+        if not any(name in response.headers for name in FRAME_HEADERS):
+            response.headers.update(FRAME_HEADERS)
+
+    def _connect(state: BlueprintSetupState) -> None:
+        request_finished.connect(_frame_guard, state.app, weak=False)
+
+    bp.record_once(_connect)
 
     @bp.context_processor
     def _context() -> dict[str, Any]:
@@ -138,7 +158,7 @@ def make_blueprint(engine: Engine) -> Blueprint:
         if exc.code is None or exc.code < 400:
             return exc
         titles = {400: i18n.N_("Bad request"), 401: i18n.N_("Sign-in required"), 403: i18n.N_("Forbidden"),
-                  404: i18n.N_("Page not found"), 405: i18n.N_("Method not allowed")}
+                  404: i18n.N_("Page not found"), 405: i18n.N_("Method not allowed"), 500: i18n.N_("Server error")}
         title = i18n.gettext(titles[exc.code]) if exc.code in titles else str(exc.name)
         return _error_page(exc.code, title, exc.description or "")
 

@@ -14,7 +14,7 @@ and adds this process's own counters and histograms (:mod:`pgbus_flask.metrics`)
 Who may read it: a request whose ``Authorization: Bearer`` token is
 ``PGBUS_METRICS_TOKEN`` (compared in constant time), or any request the
 dashboard's own auth lets in. Anything else is a 401 in plain text, with a
-``WWW-Authenticate: Bearer`` challenge.
+``WWW-Authenticate: Bearer`` challenge (a 400 when an open dashboard's host check refuses it).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 
 import psycopg
 from flask import Blueprint, Flask, Response, g, request
+from markupsafe import Markup
 from werkzeug.exceptions import Unauthorized
 
 from .. import attention, metrics, queries, states
@@ -97,6 +98,10 @@ def register(bp: Blueprint, engine: Engine) -> None:
         return Response(body, 200, content_type=content_type)
 
 
+def _plain(text: str) -> str:
+    return text.striptags() if isinstance(text, Markup) else text
+
+
 def _bearer() -> str | None:
     """The token of an ``Authorization: Bearer`` header (the scheme in any case), else None."""
     scheme, _, token = request.headers.get("Authorization", "").strip().partition(" ")
@@ -123,6 +128,9 @@ def authorize(settings: Settings, app: Flask) -> Response | None:
             return None
         except Unauthorized:
             pass
+        except security.HostRefused as refused:
+            # An open dashboard at a host it does not answer at (DNS rebinding): the token still works.
+            return Response(_plain(refused.description or "") + "\n", 400, content_type="text/plain; charset=utf-8")
     if token is not None:
         message = gettext("This bearer token is not accepted: send the token set in PGBUS_METRICS_TOKEN.")
     else:

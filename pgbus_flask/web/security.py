@@ -1,4 +1,17 @@
-"""Who may use the dashboard (``PGBUS_DASHBOARD_AUTH``) and the CSRF check of its forms.
+"""Who may use the dashboard (``PGBUS_DASHBOARD_AUTH``), at which hosts an open one answers, and the
+CSRF check of its forms.
+
+``PGBUS_DASHBOARD_AUTH`` answers with the operator's name or id (a non-empty
+``str`` or an ``int``), ``True`` (an anonymous operator), or a falsy value (a
+401). Anything else (Flask-Login's ``current_user`` itself, say: its anonymous
+user is truthy) is a configuration error: a 500 naming the type, and nothing
+shown or changed.
+
+A dashboard without that hook (debug, testing, ``PGBUS_DASHBOARD_PUBLIC``)
+answers only at loopback names and addresses, the app's ``TRUSTED_HOSTS`` and
+``PGBUS_DASHBOARD_HOSTS``: any other ``Host`` is a 400 that changes nothing.
+Otherwise a page on an attacker's name that rebinds it to the dashboard's
+address (DNS rebinding) would be same-origin with it, and read and act freely.
 
 Every POST passes three checks before anything changes, each refusing with 400:
 
@@ -28,6 +41,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import ipaddress
 import logging
 import re
 import secrets
@@ -36,11 +50,14 @@ from urllib.parse import urlsplit
 
 from flask import Blueprint, Flask, current_app, g, request
 from flask.blueprints import BlueprintSetupState
-from werkzeug.exceptions import BadRequest, Forbidden, Unauthorized
+from werkzeug.exceptions import BadRequest, Forbidden, InternalServerError, Unauthorized
+from werkzeug.local import LocalProxy
 from werkzeug.wrappers import Response
 
-from ..config import Settings
-from .i18n import gettext
+from ..config import Settings, parse_value
+from ..errors import ConfigError
+from . import inputs
+from .i18n import gettext, markup, ugettext
 
 CSRF_COOKIE = "pgbus_csrf"
 CSRF_FIELD = "csrf_token"
@@ -51,6 +68,13 @@ _COOKIE_VALUE = re.compile(r"[A-Za-z0-9_-]{43}")  # secrets.token_urlsafe(32)
 # Apps without SECRET_KEY in debug/testing: valid in this process only.
 _PROCESS_KEY = secrets.token_bytes(32)
 _SAFE_FETCH_SITES = ("same-origin", "none")
+# A Host header: a name or IPv4 address, or an IPv6 address in brackets, and an optional port.
+_HOST = re.compile(r"([a-z0-9.-]+|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?")
+_MISCONFIGURED_LOGGED: set[str] = set()  # the types of wrong auth answers already logged in this process
+
+
+class HostRefused(BadRequest):
+    """A request to a dashboard without ``PGBUS_DASHBOARD_AUTH`` at a host it does not answer at."""
 
 
 def authenticate(settings: Settings, app: Flask) -> str:
@@ -63,15 +87,89 @@ def authenticate(settings: Settings, app: Flask) -> str:
     auth = settings.dashboard_auth
     if auth is None:
         if app.debug or app.testing or settings.dashboard_public:
+            check_host(settings, app)
             return "dashboard:anonymous"
         raise Forbidden(gettext(
             "The pgbus dashboard is turned off: set PGBUS_DASHBOARD_AUTH to a function that returns the name of "
             "the signed-in operator (or PGBUS_DASHBOARD_PUBLIC = True to serve it to everyone)."))
     who: Any = auth(request)
+    if isinstance(who, LocalProxy):  # current_user itself: judge what it stands for
+        who = who._get_current_object()
     if not who:
         raise Unauthorized(gettext("You are not allowed to use the pgbus dashboard: please sign in."))
-    name = "anonymous" if who is True else str(who)
+    if who is True:
+        name = "anonymous"
+    elif isinstance(who, str):
+        name = who
+    elif isinstance(who, int) and not isinstance(who, bool):
+        name = str(int(who))  # the number, whatever an int subclass prints
+    else:
+        _misconfigured(type(who))
     return f"dashboard:{name}"
+
+
+def _misconfigured(kind: type) -> NoReturn:
+    """A 500 naming the type the auth hook returned: a truthy object is not a name (logged once per type)."""
+    shown = kind.__qualname__
+    if shown not in _MISCONFIGURED_LOGGED:
+        _MISCONFIGURED_LOGGED.add(shown)
+        log.error("pgbus dashboard: PGBUS_DASHBOARD_AUTH returned a %s.%s, which is not an operator's name, so "
+                  "the request was refused with a 500: return the user's name or id (str or int), True, or None "
+                  "to refuse", kind.__module__, shown)
+    raise InternalServerError(gettext(
+        "PGBUS_DASHBOARD_AUTH returned %(type)s; return the user's id or None. Nothing was shown or changed.",
+        type=shown))
+
+
+def check_host(settings: Settings, app: Flask) -> None:
+    """Refuse (400) a request at a host this open dashboard does not answer at (see the module's docstring)."""
+    host = request.host
+    listed = (*settings.dashboard_hosts, *_trusted_hosts(app))
+    if host_allowed(host, listed):
+        return
+    log.warning("pgbus dashboard: refused a request for host %r: without PGBUS_DASHBOARD_AUTH the dashboard "
+                "answers only at loopback names, TRUSTED_HOSTS and PGBUS_DASHBOARD_HOSTS", host[:200])
+    raise HostRefused(markup(ugettext(
+        "This dashboard has no sign-in, so it answers only at localhost and at the hosts named in "
+        "PGBUS_DASHBOARD_HOSTS, not at %(host)s. Nothing was changed: add this host to PGBUS_DASHBOARD_HOSTS, "
+        "or set PGBUS_DASHBOARD_AUTH."), host=inputs.shown(host)))
+
+
+def host_allowed(host: str, listed: tuple[str, ...] = ()) -> bool:
+    """Whether ``host`` (a ``Host`` header, port and all) is a loopback name or address, or matches
+    ``listed`` (werkzeug's rules: the port is ignored, a leading dot takes the name and its subdomains)."""
+    found = _HOST.fullmatch(host.lower())
+    if found is None:
+        return False
+    name = found.group(1)
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(name[1:-1] if name.startswith("[") else name)
+    except ValueError:
+        pass
+    else:
+        if address.is_loopback:
+            return True
+        name = f"[{address.compressed}]" if address.version == 6 else address.compressed
+    for pattern in listed:
+        if name == pattern or (pattern.startswith(".") and (name == pattern[1:] or name.endswith(pattern))):
+            return True
+    return False
+
+
+def _trusted_hosts(app: Flask) -> tuple[str, ...]:
+    """The app's ``TRUSTED_HOSTS`` as PGBUS_DASHBOARD_HOSTS entries (Flask refuses other hosts before us)."""
+    trusted = app.config.get("TRUSTED_HOSTS")
+    if not trusted:
+        return ()
+    found = []
+    for item in [trusted] if isinstance(trusted, str) else trusted:
+        try:
+            found += parse_value("PGBUS_DASHBOARD_HOSTS", [item])
+        except ConfigError:
+            continue  # not a name werkzeug would match either
+    return tuple(found)
 
 
 def csrf_token() -> str:
