@@ -8,9 +8,9 @@ Real Flask-SQLAlchemy sessions on the test PostgreSQL (and on a second database 
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 from flask import Flask
 from flask_sqlalchemy import SQLAlchemy
@@ -21,7 +21,7 @@ from pgbus_flask import PgBus, PgbusError, Workflow, step
 from pgbus_flask import engine as engine_module
 from pgbus_flask.engine import Engine
 from pgbus_flask.handle import Run
-from pgbus_flask.testing import wait_until
+from pgbus_flask.testing import drop_database, fresh_database, wait_until
 
 from .conftest import settings_for
 from .conftest import work as run_jobs
@@ -95,12 +95,11 @@ def shop(clean: None, pg_url: str, redis_url: str) -> Iterator[Flask]:
 @pytest.fixture
 def other_db(pg_url: str) -> Iterator[str]:
     """A second database on the same server: the app's, not pgbus's."""
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS pgbus_test_app_other")
-        conn.execute("CREATE DATABASE pgbus_test_app_other")
-    yield pg_url.rsplit("/", 1)[0] + "/pgbus_test_app_other"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS pgbus_test_app_other WITH (FORCE)")
+    # The URL is built by parts: the embedded server's has its socket in ?host=, which splitting
+    # the text on "/" dropped. A name per process, so parallel sessions never share it.
+    name = f"pgbus_test_app_other_{os.getpid()}"
+    yield fresh_database(pg_url, name)
+    drop_database(pg_url, name)
 
 
 @pytest.fixture
