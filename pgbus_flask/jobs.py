@@ -8,6 +8,7 @@ in Redis, and a lone surrogate in it crashes the worker).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,9 @@ from rq import get_current_job
 from . import payload, runner
 from .definition import fan_out_function
 from .engine import resolve_engine
-from .errors import DatabaseError, PgbusError
+from .errors import ChildFunctionNotAllowed, DatabaseError, PgbusError
+
+log = logging.getLogger("pgbus_flask")
 
 #: Set when the worker running this process's jobs was asked to stop (warm shutdown): the
 #: step job in progress finishes its step and enqueues the next instead of running it inline.
@@ -76,6 +79,10 @@ def _run_child(batch_id: int, position: int) -> None:
         # Not import_attribute: the name is read from the database, and importing runs code.
         func: Any = fan_out_function(func_path, engine.settings.imports)
         result = func(*args)
+    except ChildFunctionNotAllowed as exc:
+        log.warning("pgbus: batch %s child %s not run: %s", batch_id, position, exc)
+        runner.record_child(engine, batch_id, position, error=exc)
+        return
     except Exception as exc:
         runner.record_child(engine, batch_id, position, error=exc)
         return

@@ -5,6 +5,7 @@ ChildFunctionNotAllowed, shown on the batch page, and nothing is imported or run
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from pathlib import Path
@@ -50,16 +51,22 @@ def rewrite(engine: Engine, batch_id: int, func: str, args: list[list[Any]]) -> 
                          (Jsonb(payload.to_json(values)), batch_id, position))
 
 
-def test_a_function_written_into_the_database_runs_nothing_and_fails_the_child(app: Flask, tmp_path: Path) -> None:
+def test_a_function_written_into_the_database_runs_nothing_and_fails_the_child(
+        app: Flask, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     engine = engine_of(app)
     targets = [tmp_path / "made-by-the-attacker", tmp_path / "and-another"]
     with app.app_context():
         run, batch_id = open_batch(engine, 2)
     rewrite(engine, batch_id, "os.makedirs", [[str(t)] for t in targets])
 
-    work(engine)  # a real RQ worker runs both children
+    with caplog.at_level(logging.WARNING, logger="pgbus_flask"):
+        work(engine)  # a real RQ worker runs both children
 
     assert not any(t.exists() for t in targets)
+    refusals = [r.getMessage() for r in caplog.records if "not run" in r.getMessage()]
+    assert refusals == [f"pgbus: batch {batch_id} child {p} not run: os.makedirs is not a fan-out function of any"
+                        " registered workflow (workers run only functions defined in the module of a registered"
+                        " workflow class or in a module named by PGBUS_IMPORT); nothing was run" for p in (0, 1)]
     found = batch_progress(engine, batch_id)
     assert found is not None
     batch, children = found
