@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import importlib
 import math
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, overload
 
 from . import payload, states
-from .errors import DefinitionError, InvalidInput, UnknownWorkflow
+from .errors import ChildFunctionNotAllowed, DefinitionError, InvalidInput, UnknownWorkflow
 
 if TYPE_CHECKING:
     from .workflow import Workflow
@@ -318,6 +319,30 @@ def registered(name: str, imports: Iterable[str] = ()) -> type[Workflow]:
     if klass is None:
         raise UnknownWorkflow(name)
     return klass
+
+
+def fan_out_function(path: str, imports: Iterable[str] = ()) -> Callable[..., Any]:
+    """The function a fan-out child runs, named ``path`` (``module.function``), provided a registered
+    workflow may hand it to ``fan_out``: a function defined in the module of a registered workflow
+    class, or in a module ``imports`` (PGBUS_IMPORT) names. ChildFunctionNotAllowed otherwise.
+
+    The name comes from the database (``pgbus_batches.func``), which is not trusted with code: the
+    module is checked before anything is looked up, and nothing is imported but ``imports``
+    (importing a module runs its code). The function must be the module's own (``__module__`` and
+    ``__qualname__`` say so), not a name it imported from elsewhere (``from os import makedirs``).
+    """
+    imports = tuple(imports)
+    for imported in imports:
+        importlib.import_module(imported)  # the operator's modules: declares the workflows they hold
+    module_name, _, name = path.rpartition(".") if isinstance(path, str) else ("", "", "")
+    allowed = set(imports) | {klass.__module__ for klass in REGISTRY.values()}
+    module = sys.modules.get(module_name) if module_name in allowed and name.isidentifier() else None
+    func = getattr(module, name, None) if module is not None else None
+    if (callable(func) and not isinstance(func, type) and getattr(func, "__module__", None) == module_name
+            and getattr(func, "__qualname__", None) == name):
+        return func  # type: ignore[no-any-return]
+    shown = payload.safe_str(path if isinstance(path, str) else repr(path))
+    raise ChildFunctionNotAllowed(shown if len(shown) <= 200 else shown[:199] + "…")
 
 
 def registry() -> dict[str, type[Workflow]]:

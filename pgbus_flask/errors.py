@@ -179,6 +179,16 @@ class ChildLost(Coded, PgbusError):
         super().__init__(self._coded("child_lost", job=job, status=status))
 
 
+class ChildFunctionNotAllowed(Coded, PgbusError):
+    """A fan-out names a function no registered workflow may hand to ``fan_out``: one defined
+    neither in the module of a registered workflow class nor in a module ``PGBUS_IMPORT`` names.
+    The worker refuses it before importing anything, and the child fails with this."""
+
+    def __init__(self, func: str) -> None:
+        self.func = func
+        super().__init__(self._coded("child_function_not_allowed", func=func))
+
+
 class UnknownSchedule(PgbusError):
     """No workflow class of this name declares a schedule (here, or in the stored schedules)."""
 

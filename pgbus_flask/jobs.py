@@ -8,16 +8,19 @@ in Redis, and a lone surrogate in it crashes the worker).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from rq import get_current_job
-from rq.utils import import_attribute
 
 from . import payload, runner
+from .definition import fan_out_function
 from .engine import resolve_engine
-from .errors import DatabaseError, PgbusError
+from .errors import ChildFunctionNotAllowed, DatabaseError, PgbusError
+
+log = logging.getLogger("pgbus_flask")
 
 #: Set when the worker running this process's jobs was asked to stop (warm shutdown): the
 #: step job in progress finishes its step and enqueues the next instead of running it inline.
@@ -54,7 +57,9 @@ def run_step(step_id: int) -> None:
 
 
 def run_child(batch_id: int, position: int) -> None:
-    """One fan-out child: run its function, record its result or error once."""
+    """One fan-out child: run its function, record its result or error once. Only a function a
+    registered workflow may fan out runs (see definition.fan_out_function); any other name fails
+    the child with ChildFunctionNotAllowed."""
     _guarded(f"batch {batch_id} child {position}", lambda: _run_child(batch_id, position))
 
 
@@ -71,8 +76,13 @@ def _run_child(batch_id: int, position: int) -> None:
         return  # unknown, a redelivery of a child already recorded, or its step was cancelled or skipped
     args, func_path = payload.from_json(row[0]), row[2]
     try:
-        func: Any = import_attribute(func_path)
+        # Not import_attribute: the name is read from the database, and importing runs code.
+        func: Any = fan_out_function(func_path, engine.settings.imports)
         result = func(*args)
+    except ChildFunctionNotAllowed as exc:
+        log.warning("pgbus: batch %s child %s not run: %s", batch_id, position, exc)
+        runner.record_child(engine, batch_id, position, error=exc)
+        return
     except Exception as exc:
         runner.record_child(engine, batch_id, position, error=exc)
         return

@@ -35,6 +35,9 @@ ENGLISH: dict[str, str] = {
     "reattempt_requested": "reattempt requested by the step",
     "child_runs_cancelled": "%(cancelled)s of %(total)s child runs were cancelled; first: %(workflow)s %(run)s",
     "wait_until_failed": "the wait_until of %(step)s failed: %(error_class)s: %(error)s",
+    "child_function_not_allowed": "%(func)s is not a fan-out function of any registered workflow (workers run"
+                                  " only functions defined in the module of a registered workflow class or in a"
+                                  " module named by PGBUS_IMPORT); nothing was run",
 }
 
 

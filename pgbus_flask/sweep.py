@@ -163,15 +163,18 @@ def _stalled(engine: Engine, report: SweepReport) -> None:
 
 def _overdue(engine: Engine, report: SweepReport) -> None:
     """Steps of ready runs due and sent longer than the threshold ago whose job RQ no longer
-    holds (not queued, scheduled or running): sent again. A step that merely waits its turn in
-    a long queue is left alone, so a backlog never feeds itself. One page of BATCH steps a
-    sweep: one query, two Redis round trips and, if some were lost, one UPDATE and one more
-    round trip. The next sweep reads the page after it (from the start once a page comes back
+    holds (not queued, scheduled or running), or holds for a worker that is gone (its key
+    expired, or the job started longer than the threshold ago without claiming its step):
+    sent again. A step that merely waits its turn in a long queue is left alone, so a backlog
+    never feeds itself. One page of BATCH steps a sweep: one query, two Redis round trips (a
+    third for jobs left in RQ's intermediate list) and, if some were lost, one UPDATE and one
+    more round trip. The next sweep reads the page after it (from the start once a page comes back
     short), so every overdue step is asked about, even behind a queue nobody serves."""
     threshold = engine.settings.stall_threshold.total_seconds()
     cursor = engine.sweep_cursors.get("overdue", OVERDUE_START)
     rows = _ids(engine, FIND_SQL["overdue"], (threshold, threshold, *cursor, BATCH))
-    statuses = job_statuses(engine.redis, [job_id for _, _, job_id, _ in rows], stale_after=threshold)
+    statuses = job_statuses(engine.redis, [job_id for _, _, job_id, _ in rows], stale_after=threshold,
+                            claims_at_start=True)
     lost = [(step_id, sends, job_id) for step_id, sends, job_id, _ in rows if statuses.get(job_id) not in LIVE]
     report.overdue_live += len(rows) - len(lost)
     report.resent += runner.resend_lost(engine, lost)
@@ -227,8 +230,9 @@ def timed_out(engine: Engine, tx: Transaction, run: runner.Row, step: runner.Row
 
 def _lost_children(engine: Engine, report: SweepReport) -> None:
     """Pending children of open batches whose step still waits on them, sent longer than the
-    stall threshold ago, whose RQ job failed (its worker died) or no longer exists (Redis lost
-    it): fail or resend them. A cancelled or skipped step's children are left alone."""
+    stall threshold ago, whose RQ job failed or started on a worker whose key is gone (its
+    worker died) or no longer exists (Redis lost it): fail or resend them. A cancelled or
+    skipped step's children are left alone."""
     threshold = engine.settings.stall_threshold.total_seconds()
     rows = _ids(engine, FIND_SQL["lost_children"], (threshold, BATCH))
     statuses = job_statuses(engine.redis, [job_id for _, _, job_id, _ in rows], stale_after=threshold)

@@ -29,6 +29,7 @@ from .definition import (  # noqa: F401  (re-exported: the public names of decla
     _StepMarker,
     delay_seconds,
     due_moment,
+    fan_out_function,
     registered,
     registry,
     step,
@@ -231,7 +232,9 @@ class Workflow:
 
         The step completes when every child is done (output: counts and each
         child's return value), or fails when a child failed and
-        ``on_child_failure`` is ``"fail"``.
+        ``on_child_failure`` is ``"fail"``. ``func`` must be a function defined in the
+        module of a workflow class or in a module PGBUS_IMPORT names: workers run
+        nothing else (ChildFunctionNotAllowed, see docs/deploy.md).
         """
         if on_child_failure not in states.ON_CHILD_FAILURE:
             raise DefinitionError(f"on_child_failure must be one of {states.ON_CHILD_FAILURE}")
@@ -244,6 +247,8 @@ class Workflow:
             path = f"{module}.{qualname}"
         if not isinstance(path, str) or "\x00" in path or any("\ud800" <= c <= "\udfff" for c in path):
             raise DefinitionError(f"fan_out needs a function or a dotted path, got {path!r:.100}")
+        # Refused here already, as the worker would refuse every child (ChildFunctionNotAllowed).
+        fan_out_function(path, self.engine.settings.imports)
         children = tuple(tuple(a) for a in args)
         if not children:
             raise DefinitionError("fan_out needs at least one argument tuple")

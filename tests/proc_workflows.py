@@ -135,6 +135,34 @@ class CrashesBeforeEnqueueWorker(PgbusWorker):
         engine.send_step = crashing_send_step  # type: ignore[method-assign]
 
 
+class PausesBeforeClaimWorker(PgbusWorker):
+    """A pgbus worker that, on its first job only, stops between RQ's dequeue and pgbus's claim:
+    it writes its pid to the file ``PGBUS_TEST_PAUSE_MARKER`` and sleeps a minute (a test
+    SIGKILLs it meanwhile). ``PGBUS_TEST_PAUSE_AT`` says where: ``dequeued`` (RQ has moved the
+    job to its intermediate list and to its started registry, its status still queued) or
+    ``started`` (RQ has marked it started for this worker; the step job has not run)."""
+
+    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
+        self.pause_marker = os.environ["PGBUS_TEST_PAUSE_MARKER"]
+        self.pause_at = os.environ["PGBUS_TEST_PAUSE_AT"]
+        assert self.pause_at in ("dequeued", "started"), self.pause_at
+        super().bootstrap(*args, **kwargs)
+
+    def _pause(self, where: str) -> None:
+        if where == self.pause_at and not os.path.exists(self.pause_marker):
+            mark_pid(self.pause_marker)
+            time.sleep(60)
+
+    def prepare_execution(self, job: Any) -> Any:
+        execution = super().prepare_execution(job)
+        self._pause("dequeued")
+        return execution
+
+    def prepare_job_execution(self, job: Any, remove_from_intermediate_queue: bool = False) -> None:
+        super().prepare_job_execution(job, remove_from_intermediate_queue)
+        self._pause("started")
+
+
 class ReattemptsLater(Workflow):
     """``poll`` asks for a reattempt 2 s later on its first attempt: a future step that only
     RQ's scheduler (in ``pgbus-worker``) sends at its time."""

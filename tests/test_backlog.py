@@ -19,8 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rq import Queue, SimpleWorker, Worker
+from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job, JobStatus
+from rq.utils import utcformat
 
+from pgbus_flask import runner
 from pgbus_flask.engine import Engine
 from pgbus_flask.rq_state import LIVE, job_statuses
 from pgbus_flask.sweep import SweepReport, sweep
@@ -36,7 +40,7 @@ from .test_processes import (
     scalar,
     wait_finished,
 )
-from .workflows import FiveNoop, ThreeSteps
+from .workflows import FansOut, FiveNoop, ThreeSteps
 
 
 def steps_overdue_by(engine: Engine, seconds: float, where: str = "status = 'scheduled'") -> None:
@@ -251,6 +255,107 @@ def test_rq_state_tells_live_jobs_from_lost_ones(engine: Engine) -> None:
                         "later": JobStatus.SCHEDULED, "stale": None, "started": JobStatus.STARTED,
                         "failed": JobStatus.FAILED, "never": None}
     assert {k for k, v in statuses.items() if v in LIVE} == {"queued", "dequeued", "later", "started"}
+
+
+def hold(engine: Engine, worker_name: str, *, start: bool = True) -> Job:
+    """A real RQ worker named ``worker_name`` takes the next job of the default queue as far as RQ
+    goes before the job's function runs (moved to the intermediate list, its execution in the
+    started registry, and with ``start`` marked started for this worker), and stops there, as a
+    worker killed at that moment would."""
+    queue = engine.queue(engine.settings.queue)
+    worker = SimpleWorker([queue], connection=engine.redis, name=worker_name)
+    worker.register_birth()
+    found = Queue.dequeue_any([queue], None, connection=engine.redis)
+    assert found is not None
+    job = found[0]
+    worker.prepare_execution(job)
+    if start:
+        worker.prepare_job_execution(job, remove_from_intermediate_queue=True)
+    return job
+
+
+def silent_since(engine: Engine, job: Job, seconds: float) -> None:
+    """The job's heartbeat as it would be ``seconds`` after its worker last gave one."""
+    beat = datetime.now(timezone.utc) - timedelta(seconds=seconds)
+    engine.redis.hset(job.key, "last_heartbeat", utcformat(beat))
+
+
+def test_rq_state_tells_jobs_of_dead_workers_from_live_ones(engine: Engine) -> None:
+    """A job RQ says started is live while the worker holding it lives: its key is there and, for a
+    step job that has not claimed its step yet, its heartbeat is recent. A job only RQ's
+    intermediate list holds is live the first time it is seen there, lost the next."""
+    queue = engine.queue(engine.settings.queue)
+    ids = ["alive", "gone", "silent", "dequeued"]
+    for job_id in ids:
+        queue.enqueue("tests.workflows.vendor_child", 1, job_id=job_id)
+    jobs = {job_id: hold(engine, f"holder-of-{job_id}", start=job_id != "dequeued") for job_id in ids}
+    assert [j.id for j in jobs.values()] == ids
+    engine.redis.delete(Worker.redis_worker_namespace_prefix + "holder-of-gone")  # its key's TTL ran out
+    silent_since(engine, jobs["silent"], 120)
+    intermediate = IntermediateQueue(queue.key, engine.redis)
+    assert intermediate.get_job_ids() == ["dequeued"] and "dequeued" in queue.started_job_registry
+
+    children = job_statuses(engine.redis, ids, stale_after=60)
+    assert children == {"alive": JobStatus.STARTED, "gone": JobStatus.FAILED, "silent": JobStatus.STARTED,
+                        "dequeued": JobStatus.QUEUED}
+    assert intermediate.get_first_seen("dequeued") is not None  # RQ's own mark, set by the first look
+    steps = job_statuses(engine.redis, ids, stale_after=60, claims_at_start=True)
+    assert steps == {"alive": JobStatus.STARTED, "gone": JobStatus.FAILED, "silent": JobStatus.FAILED,
+                     "dequeued": None}
+    assert {k for k, v in steps.items() if v in LIVE} == {"alive"}
+
+
+@pytest.mark.settings(PGBUS_STALL_THRESHOLD=1)
+@pytest.mark.parametrize("death", ["key expired", "silent", "dequeued"])
+def test_a_step_whose_worker_died_before_the_claim_is_resent_once(engine: Engine, death: str) -> None:
+    """The worker took the first step's job and died before the claim: its job stays started (or
+    in RQ's intermediate list) in Redis. The sweep resends the step once (the first look at an
+    intermediate job only marks it), not again on the following sweeps, and the run finishes
+    with one completed attempt per step."""
+    run = FiveNoop.start()
+    job = hold(engine, "doomed", start=death != "dequeued")
+    if death == "key expired":
+        engine.redis.delete(Worker.redis_worker_namespace_prefix + "doomed")
+    elif death == "silent":
+        silent_since(engine, job, 2)  # a simple worker's key outlives it by its job's timeout
+    steps_overdue_by(engine, 1)
+    reports = [sweep(engine) for _ in range(4)]
+    expected = [(1, 0), (0, 1), (0, 0), (0, 0)] if death == "dequeued" else [(0, 1), (0, 0), (0, 0), (0, 0)]
+    assert [(r.overdue_live, r.resent) for r in reports] == expected, reports
+    [first] = run.steps()
+    assert (first["status"], first["sends"], first["resends"]) == ("scheduled", 2, 1)
+    assert queued_ids(engine) == [first["job_id"]]
+    if death == "dequeued":
+        assert not Job.exists(job.id, connection=engine.redis)  # withdrawn: nothing will run it later
+    work(engine)
+    assert run.refresh().status == "finished"
+    assert_one_completed_attempt_per_step(engine, 1, 5)
+    assert scalar(engine, "SELECT sum(resends) FROM pgbus_workflow_steps") == 1
+
+
+@pytest.mark.settings(PGBUS_STALL_THRESHOLD=1)
+def test_a_child_whose_worker_is_gone_is_recorded_lost_without_waiting_for_rq(engine: Engine) -> None:
+    """A fan-out child started on a worker whose key then expired (it died): the sweep records it
+    failed with ChildLost once, as RQ's cleanup would much later; a child running long on a live
+    worker (an old heartbeat, its key there) is left alone."""
+    run = FansOut.start(n=2)
+    first = run.steps()[0]
+    runner.run_attempt(engine, first["id"], first["job_id"])
+    Job.fetch(first["job_id"], connection=engine.redis).delete()  # run above: the queue holds the children
+    [batch] = run.batches()
+    dead, slow = hold(engine, "died-in-child-0"), hold(engine, "busy-with-child-1")
+    engine.redis.delete(Worker.redis_worker_namespace_prefix + "died-in-child-0")
+    silent_since(engine, slow, 120)
+    wait_until(lambda: scalar(engine, "SELECT bool_and(enqueued_at < now() - interval '1 second')"
+                                      " FROM pgbus_batch_children WHERE batch_id = %s", (batch["id"],)),
+               timeout=30, interval=0.1, message="children older than the threshold")
+    reports = [sweep(engine) for _ in range(2)]
+    assert [(r.children_failed, r.children_resent) for r in reports] == [(1, 0), (0, 0)], reports
+    children = rows(engine, "SELECT position, status, error_class, job_id FROM pgbus_batch_children"
+                            " WHERE batch_id = %s ORDER BY position", (batch["id"],))
+    assert [(c["status"], c["error_class"]) for c in children] == [
+        ("failed", "pgbus_flask.errors.ChildLost"), ("pending", None)]
+    assert [c["job_id"] for c in children] == [dead.id, slow.id]
 
 
 @pytest.mark.settings(PGBUS_STALL_THRESHOLD=1)

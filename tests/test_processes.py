@@ -847,6 +847,60 @@ def test_worker_dying_between_commit_and_enqueue_loses_nothing(engine: Engine, p
     assert_one_completed_attempt_per_step(engine, 1, 5)
 
 
+#: The stall threshold and the sweep interval of the worker that sweeps after the kill below.
+RESEND_STALL = 3.0
+RESEND_SWEEP = 0.5
+
+
+@pytest.mark.parametrize("pause_at", ["dequeued", "started"])
+def test_worker_killed_between_dequeue_and_claim_is_resent_within_the_threshold(
+        engine: Engine, pg_url: str, redis_url: str, tmp_path: Path, pause_at: str) -> None:
+    """The worker takes s1's job and is SIGKILLed before the claim: RQ still holds the job for
+    it, in its intermediate list (status queued) or as started, and would give it back only at
+    its own maintenance, ten minutes on. Another worker's sweep resends s1 once the threshold
+    has passed (a sweep interval later, two for a job in the intermediate list: the first look
+    marks it), once; the run finishes with one completed attempt per step."""
+    marker = tmp_path / "paused"
+    queue = engine.queue(engine.settings.queue)
+    args = ("--no-sweep", "--no-scheduler", "--queues", queue.name,  # one queue: RQ's dequeue is an LMOVE
+            "--worker-class", "tests.proc_workflows.PausesBeforeClaimWorker")
+    victim = procs.start_worker(pg_url, redis_url, tmp_path, args=args,
+                                env={"PGBUS_TEST_PAUSE_MARKER": str(marker), "PGBUS_TEST_PAUSE_AT": pause_at})
+    try:
+        wait_until(lambda: procs.idle(engine.redis, victim.name), timeout=30, message="worker idle")
+        run = FiveNoop.start()
+        wait_until(marker.exists, timeout=30, message="the worker stopped before the claim")
+        assert int(marker.read_text()) == victim.pid
+        victim.kill()
+    finally:
+        victim.kill()
+    [first] = run.steps()
+    assert first["status"] == "scheduled"
+    job = Job.fetch(first["job_id"], connection=engine.redis)
+    assert job.id in queue.started_job_registry and queue.count == 0
+    in_intermediate = engine.redis.lpos(queue.intermediate_queue_key, job.id) is not None
+    if pause_at == "dequeued":
+        assert job.get_status() == "queued" and in_intermediate
+    else:
+        assert (job.get_status(), job.worker_name, in_intermediate) == ("started", victim.name, False)
+
+    env = {"PGBUS_STALL_THRESHOLD": str(RESEND_STALL), "PGBUS_SWEEP_INTERVAL": str(RESEND_SWEEP)}
+    with procs.workers(pg_url, redis_url, tmp_path, 1, args=("--no-scheduler",), env=env) as ws:
+        sweeping_from = time.time()  # its sweep thread runs from now on
+        wait_finished(engine, 1, ws, timeout=RESEND_STALL + 20)
+    finished_at = scalar(engine, "SELECT finished_at FROM pgbus_workflows WHERE workflow_id = %s",
+                         (run.workflow_id,))
+    due = max(first["enqueued_at"].timestamp() + RESEND_STALL, sweeping_from)
+    # Two sweep intervals: the sweep that first finds the step overdue may come a moment before its
+    # job's heartbeat is a threshold old, or only mark an intermediate job; and a moment to run the steps.
+    assert finished_at.timestamp() <= due + 2 * RESEND_SWEEP + 1.5, (finished_at, first["enqueued_at"])
+    assert_one_completed_attempt_per_step(engine, 1, 5)
+    resent = rows(engine, "SELECT step_name, sends, resends FROM pgbus_workflow_steps WHERE resends > 0")
+    assert resent == [{"step_name": "s1", "sends": 2, "resends": 1}]
+    if pause_at == "dequeued":
+        assert not Job.exists(job.id, connection=engine.redis)  # withdrawn with the resend
+
+
 # -- inline continuation in a real worker ---------------------------------------------------------
 
 

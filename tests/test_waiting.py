@@ -183,7 +183,7 @@ def test_fan_out_progress_along_the_way_and_ignore_policy(engine: Engine) -> Non
     run = FansOut.start(n=12, fail_at=7, on_child_failure="ignore")
     claim = runner.claim_attempt(engine, run.latest_step["id"], None)  # type: ignore[index]
     assert claim is not None
-    fan_out = run_context(claim).fan_out("tests.workflows.vendor_child", [(i, 7) for i in range(12)],
+    fan_out = run_context(engine, claim).fan_out("tests.workflows.vendor_child", [(i, 7) for i in range(12)],
                                          on_child_failure="ignore")
     runner.record_outcome(engine, claim, result=fan_out)
     batch_id = run.steps()[0]["batch_id"]
@@ -208,9 +208,9 @@ def test_fan_out_progress_along_the_way_and_ignore_policy(engine: Engine) -> Non
     assert run.outputs()["summarize"] == 11
 
 
-def run_context(claim: runner.Claim) -> Workflow:
+def run_context(engine: Engine, claim: runner.Claim) -> Workflow:
     """A step context for a claim, to call Workflow.fan_out with."""
-    return claim.klass(engine=claim.klass, workflow_id=claim.run["workflow_id"], args=(), kwargs={},  # type: ignore
+    return claim.klass(engine=engine, workflow_id=claim.run["workflow_id"], args=(), kwargs={},
                        subject=None, attempt=1, step_name="notify_vendors", outputs={})
 
 

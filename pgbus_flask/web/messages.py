@@ -34,10 +34,13 @@ SYSTEM_MESSAGES: dict[str, str] = {
     "child_runs_cancelled": N_("%(cancelled)s of %(total)s child runs were cancelled; the first was %(workflow)s "
                                "%(run)s."),
     "wait_until_failed": N_("The wait_until of %(step)s failed: %(error_class)s: %(error)s"),
+    "child_function_not_allowed": N_("%(func)s is not a fan-out function of any registered workflow: workers run "
+                                     "only functions defined in the module of a workflow class or in a module "
+                                     "named by PGBUS_IMPORT. Nothing was run."),
 }
 
 #: Parameters shown as code identifiers.
-_NAMES = frozenset({"step", "signal", "workflow", "error_class", "job", "worker", "known", "run"})
+_NAMES = frozenset({"step", "signal", "workflow", "error_class", "job", "worker", "known", "run", "func"})
 
 
 def _moment(value: Any) -> datetime | None:
