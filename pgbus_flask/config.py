@@ -76,6 +76,9 @@ KEYS: tuple[Key, ...] = (
     Key("PGBUS_METRICS_TOKEN", None,
         "bearer token a scraper sends to read <prefix>/metrics without the dashboard's auth (16+ characters)",
         "secret"),
+    Key("PGBUS_MAX_PENDING_SIGNALS", 1_000,
+        "most pending signals one run may hold: past it run.signal() raises TooManyPendingSignals and stores"
+        " nothing", "pos_int"),
     Key("PGBUS_MCP_WRITE", False,
         "let `flask pgbus mcp` offer the write tools (verbs, signals, bulk verbs); read tools only when false",
         "bool"),
@@ -114,6 +117,7 @@ class Settings:
     metrics: bool = False
     metrics_token: str | None = field(default=None, repr=False)
     mcp_write: bool = False
+    max_pending_signals: int = 1_000
 
     @classmethod
     def load(cls, values: Mapping[str, Any]) -> Settings:
@@ -155,6 +159,7 @@ class Settings:
             metrics=parsed["PGBUS_METRICS"],
             metrics_token=parsed["PGBUS_METRICS_TOKEN"],
             mcp_write=parsed["PGBUS_MCP_WRITE"],
+            max_pending_signals=parsed["PGBUS_MAX_PENDING_SIGNALS"],
         )
 
     @classmethod

@@ -23,12 +23,13 @@ from ..errors import (
     SchemaMissing,
     StepNotDefined,
     SubjectConflict,
+    TooManyPendingSignals,
     WorkflowNotFound,
 )
 from ..handle import Page, Run
 from ..workflow import Workflow, registry
 from . import helpers, inputs, notices
-from .i18n import bdi, gettext, markup, ugettext
+from .i18n import bdi, code, gettext, markup, number, ugettext, ungettext
 from .presenter import Presentation, batch_name, present
 from .schedules import overview_items as schedule_items
 from .timeline import BUCKETS, MAX_BARS, render_buckets
@@ -56,6 +57,15 @@ def render(template: str, **context: Any) -> str:
 def refused(exc: PgbusError) -> Markup:
     """The message of an error that refused a request: what was wrong, and that nothing changed."""
     return markup(ugettext("Nothing was changed: %(problem)s"), problem=bdi(exc))
+
+
+def too_many_signals(exc: TooManyPendingSignals) -> Markup:
+    """Why a signal was refused at its run's limit of pending signals, and what frees room."""
+    return markup(ungettext("Nothing was stored: this run already holds %(num)s pending signal, the most "
+                            "%(setting)s allows. A signal stays pending until a step waiting for its name takes it.",
+                            "Nothing was stored: this run already holds %(num)s pending signals, the most "
+                            "%(setting)s allows. A signal stays pending until a step waiting for its name takes it.",
+                            exc.limit), num=number(exc.limit), setting=code("PGBUS_MAX_PENDING_SIGNALS"))
 
 
 def read_filters() -> dict[str, str | None]:
@@ -268,6 +278,8 @@ class Pages:
                                 actor=g.pgbus_actor, reason=form["reason"].strip() or None)
         except NOT_INPUT_ERRORS:
             raise
+        except TooManyPendingSignals as exc:  # the run's state, not the form, stands in the way: a conflict
+            return self.run_page(workflow_id, error=too_many_signals(exc), status=409, form=form)
         except PgbusError as exc:
             return self.run_page(workflow_id, error=refused(exc), status=400, form=form)
         notices.keep("signal", run=str(run.workflow_id), duplicate=bool(result.duplicate_delivery))
