@@ -43,6 +43,9 @@ PAGE_SIZE = 25
 #: read on its own (:meth:`Run.signal_row`, :func:`pgbus_flask.queries.batch_child`).
 WHOLE_BYTES = 16_384
 HEAD_CHARS = 1_000
+#: Of a value stored larger than this not even the start is read (it would be read whole to write it as
+#: text: some 6 ms a MB): its head is empty.
+HEAD_BYTES = 262_144
 # A signal's columns but its payload (read bounded, see WHOLE_BYTES).
 _SIGNAL_COLUMNS = ("id, workflow_id, name, idempotency_key, status, sent_by, claimed_by_step_id, claimed_at,"
                    " consumed_at, created_at")
@@ -53,10 +56,11 @@ _CHILD_COLUMNS = ("id, workflow_id, workflow_class, status, current_step, parent
 def bounded(column: str) -> str:
     """Select-list items for the jsonb ``column``: the value when it is stored in at most
     :data:`WHOLE_BYTES` (else NULL), and ``<column>_head``, the start of a larger one's JSON text
-    (``pg_column_size`` reads the stored size without reading the value)."""
-    return (f"CASE WHEN pg_column_size({column}) <= {WHOLE_BYTES} THEN {column} END AS {column},"
-            f" CASE WHEN pg_column_size({column}) > {WHOLE_BYTES} THEN left({column}::text, {HEAD_CHARS}) END"
-            f" AS {column}_head")
+    (empty past :data:`HEAD_BYTES`; ``pg_column_size`` reads the stored size without reading the value)."""
+    size = f"pg_column_size({column})"
+    return (f"CASE WHEN {size} <= {WHOLE_BYTES} THEN {column} END AS {column},"
+            f" CASE WHEN {size} <= {WHOLE_BYTES} THEN NULL WHEN {size} <= {HEAD_BYTES}"
+            f" THEN left({column}::text, {HEAD_CHARS}) ELSE '' END AS {column}_head")
 
 
 @dataclass(frozen=True)

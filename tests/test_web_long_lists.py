@@ -201,12 +201,14 @@ def test_a_batch_page_shows_25_children_at_a_time(app: Flask) -> None:
 def test_long_payloads_are_cut_with_all_of_them_a_click_away(app: Flask) -> None:
     medium = {"note": "m" * 600}  # longer than a preview, short enough to carry whole
     large = {"blob": secrets.token_hex(40_000)}  # 80,000 characters: stored larger than a page reads
+    huge = {"blob": secrets.token_hex(200_000)}  # stored larger than a page reads even the start of
     with app.app_context():
         run = WaitsForever.start()
         work(engine_of(app))
         small_id = run.signal("noise", {"x": 1}).id
         medium_id = run.signal("noise", medium).id
         large_id = run.signal("noise", large).id
+        huge_id = run.signal("noise", huge).id
     client = app.test_client()
     page = client.get(f"/pgbus/runs/{run.workflow_id}").get_data(as_text=True)
     rows = {int(m.group(1)): m.group(2) for m in
@@ -224,11 +226,14 @@ def test_long_payloads_are_cut_with_all_of_them_a_click_away(app: Flask) -> None
     one = client.get(whole.group(1))
     assert one.status_code == 200 and one.get_json()["signal"]["payload"] == large
     assert len(page) < 60_000
+    # the huge one: no start at all (reading it would cost reading all of it), only the link
+    assert re.search(r'data-testid="signal-value">…</pre>\s*<a href="([^"]+)" class="json-whole"', rows[huge_id])
+    assert client.get(f"/pgbus/api/runs/{run.workflow_id}/signals/{huge_id}").get_json()["signal"]["payload"] == huge
     missing = client.get(f"/pgbus/api/runs/{run.workflow_id}/signals/999999")
     assert missing.status_code == 404 and "999999" in missing.get_json()["error"]
     # the JSON read of the run carries every payload whole
     data = client.get(f"/pgbus/api/runs/{run.workflow_id}").get_json()
-    assert [s["payload"] for s in data["signals"]] == [{"x": 1}, medium, large]
+    assert [s["payload"] for s in data["signals"]] == [{"x": 1}, medium, large, huge]
 
 
 def test_long_fan_out_arguments_and_results_are_cut_on_the_batch_page(app: Flask) -> None:
