@@ -7,13 +7,16 @@
 It seeds ``bench.sweep_cost``'s runs (N ongoing: 40% waiting, 30% ready, 20%
 paused on a failed step, 10% running; N/2 finished), plus one run with 3,000
 attempts and 20,000 audit events (a step that polls every minute for two
-days: 2,999 attempts failed and reattempted, the 3,000th scheduled), then
+days: 2,999 attempts failed and reattempted, the 3,000th scheduled), and one
+with long lists (20,000 signals, 1,000 of them pending and some of the newest
+with 40 kB payloads; 2,000 child runs; a fan-out batch of 5,000 children), then
 VACUUM ANALYZE. A Flask app with ``PgBus`` (``PGBUS_IMPORT=tests.workflows``,
 waiting threshold one day, as in ``bench.sweep_cost``) serves the dashboard;
 every page and JSON read is requested ``--repeat`` times after two warm-up
 requests, and its p50 / p95 / size are printed: the overview, the runs list
 with each filter and its second page, needs attention, one group's ids, a run
-page (a seeded paused run, and the big run), a batch page. Then the sweep with
+page (a seeded paused run, the big run, the run with long lists and an older page of
+its signals), a batch page (a seeded one, and the 5,000 children). Then the sweep with
 nothing to do (``sweep.sweep(engine)``), and, as a reference, the stuck reads
 with a 5-minute waiting threshold (every waiting run is then overdue, on a
 signal or, since migration 0007, on a batch: 40% of the ongoing runs need a
@@ -35,6 +38,7 @@ from redis import Redis
 
 from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, db_url, drop_database, pct
 from bench.sweep_cost import seed
+from pgbus_flask import attention
 
 DB_NAME = "pgbus_bench_pages_{n}"
 BIG_RUN = "md5('big')::uuid"
@@ -92,6 +96,73 @@ INSERT INTO pgbus_workflow_events (workflow_id, event, actor, details, created_a
 SELECT {BIG_RUN}, 'signal_received', 'app', jsonb_build_object('signal', 'report_progress', 'signal_id', i),
        now() - interval '3000 minutes' + i * (interval '3000 minutes' / 20000)
 FROM generate_series(1, 20000 - (SELECT count(*) FROM pgbus_workflow_events WHERE workflow_id = {BIG_RUN})) i;
+"""
+
+
+LISTS_RUN = "md5('lists')::uuid"
+#: The run with long lists: its signals, child runs and fan-out children.
+LISTS = {"signals": 20_000, "pending": 1_000, "children": 2_000, "batch": 5_000}
+
+# A run whose step s1 started 2,000 child runs (all finished) and whose s2 fanned out to 5,000 jobs
+# (all done), sent 20,000 signals along the way (the 1,000 newest still pending, as many as
+# PGBUS_MAX_PENDING_SIGNALS allows; every tenth of the newest 100 a 40 kB payload); s5 is due in an hour.
+LISTS_SEED = f"""
+INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, definition_digest, started_by,
+                             created_at, updated_at)
+VALUES ({LISTS_RUN}, 'FiveNoop', 'ready', 's5', 'bench', 'bench', now() - interval '1 day', now());
+
+INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, definition_digest, started_by,
+                             created_at, updated_at, finished_at, parent_workflow_id, parent_step_name)
+SELECT md5('lists-child-' || i)::uuid, 'FiveNoop', 'finished', 's5', 'bench', 'bench',
+       now() - interval '1 day' + i * interval '1 second', now() - interval '20 hours',
+       now() - interval '20 hours', {LISTS_RUN}, 's1'
+FROM generate_series(1, {LISTS['children']}) i;
+
+INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status, scheduled_at,
+                                  enqueued_at, started_at, finished_at, outcome, output, created_at, child_ids)
+SELECT {LISTS_RUN}, 'FiveNoop', 's' || k, 1, CASE WHEN k < 5 THEN 'completed' ELSE 'scheduled' END,
+       CASE WHEN k < 5 THEN now() - interval '1 day' ELSE now() + interval '1 hour' END,
+       CASE WHEN k < 5 THEN now() - interval '1 day' END,
+       CASE WHEN k < 5 THEN now() - interval '1 day' END,
+       CASE WHEN k < 5 THEN now() - interval '19 hours' END,
+       CASE WHEN k < 5 THEN 'completed' END, CASE WHEN k < 5 THEN 'null'::jsonb END, now() - interval '1 day',
+       CASE WHEN k = 1 THEN ARRAY(SELECT md5('lists-child-' || i)::uuid FROM generate_series(1, {LISTS['children']}) i)
+       END
+FROM generate_series(1, 5) k;
+
+INSERT INTO pgbus_batches (workflow_id, step_id, step_name, func, queue, on_child_failure, status, total, done,
+                           created_at, finished_at)
+SELECT {LISTS_RUN}, id, 's2', 'bench.notify', 'pgbus', 'fail', 'finished', {LISTS['batch']}, {LISTS['batch']},
+       now() - interval '1 day', now() - interval '19 hours'
+FROM pgbus_workflow_steps WHERE workflow_id = {LISTS_RUN} AND step_name = 's2';
+UPDATE pgbus_workflow_steps s SET batch_id = b.id FROM pgbus_batches b
+WHERE b.workflow_id = {LISTS_RUN} AND s.id = b.step_id;
+
+INSERT INTO pgbus_batch_children (batch_id, position, args, status, job_id, enqueued_at, finished_at, result)
+SELECT b.id, i, jsonb_build_array(i, 'vendor-' || i, jsonb_build_object('order', 1042, 'region', 'eu-west')),
+       'done', 'bench-child-' || i, now() - interval '1 day', now() - interval '19 hours',
+       to_jsonb('vendor ' || i || ' notified')
+FROM pgbus_batches b, generate_series(0, {LISTS['batch']} - 1) i WHERE b.workflow_id = {LISTS_RUN};
+
+INSERT INTO pgbus_workflow_signals (workflow_id, name, payload, idempotency_key, status, sent_by, claimed_at,
+                                    consumed_at, created_at)
+SELECT {LISTS_RUN}, 'report_progress',
+       CASE WHEN i > {LISTS['signals']} - 100 AND i % 10 = 0
+            THEN jsonb_build_object('event', 'report.progress', 'id', i,
+                                    'blob', (SELECT string_agg(md5(i::text || k::text), '')
+                                             FROM generate_series(1, 1250) k))
+            ELSE jsonb_build_object('event', 'report.progress', 'id', i, 'done', i % 100,
+                                    'note', repeat('progress ', 20)) END,
+       'hook-' || i, CASE WHEN pending THEN 'pending' ELSE 'consumed' END, 'webhook',
+       CASE WHEN NOT pending THEN at END, CASE WHEN NOT pending THEN at END, at
+FROM generate_series(1, {LISTS['signals']}) i,
+     LATERAL (SELECT i > {LISTS['signals']} - {LISTS['pending']} AS pending,
+                     now() - interval '1 day' + i * interval '1 second' AS at) s;
+
+INSERT INTO pgbus_workflow_events (workflow_id, event, actor, details, created_at)
+SELECT {LISTS_RUN}, 'signal_received', 'webhook', jsonb_build_object('signal', 'report_progress', 'signal_id', id),
+       created_at
+FROM pgbus_workflow_signals WHERE workflow_id = {LISTS_RUN} ORDER BY id;
 """
 
 
@@ -168,7 +239,6 @@ def timed(name: str, fn: Callable[[], Any], repeat: int) -> Figure:
 def prepare(args: argparse.Namespace) -> str:
     """The seeded database's URL: seeded now, or kept by an earlier ``--keep`` (then migrated to
     this code's schema, timing each migration it needed: the backfill of 0004 at this size)."""
-    from pgbus_flask import attention
     from pgbus_flask.migrate import apply
 
     name = DB_NAME.format(n=args.runs)
@@ -185,6 +255,7 @@ def prepare(args: argparse.Namespace) -> str:
                          " WHERE status = 'in_progress' AND stall_at < now() + interval '10 minutes'")
             conn.execute("VACUUM ANALYZE")
         print(f"  reusing {name}", flush=True)
+        seed_lists(url)
         seed_insights(url)
         return url
     url = seed(args.server_url, args.runs, name)
@@ -195,8 +266,23 @@ def prepare(args: argparse.Namespace) -> str:
             attention.refresh(conn, [conn.execute(f"SELECT {BIG_RUN}").fetchone()[0]])  # type: ignore[index]
         conn.execute("VACUUM ANALYZE")
     print(f"  seeded the run with 3,000 attempts and 20,000 events in {time.perf_counter() - t:.1f} s", flush=True)
+    seed_lists(url)
     seed_insights(url)
     return url
+
+
+def seed_lists(url: str) -> None:
+    """The run with long lists (:data:`LISTS_SEED`), unless the database has it already."""
+    t = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn:
+        if conn.execute(f"SELECT 1 FROM pgbus_workflows WHERE workflow_id = {LISTS_RUN}").fetchone():
+            return
+        with conn.transaction():
+            conn.execute(LISTS_SEED.encode())
+            attention.refresh(conn, [conn.execute(f"SELECT {LISTS_RUN}").fetchone()[0]])  # type: ignore[index]
+        conn.execute("VACUUM ANALYZE")
+    print(f"  seeded the run with {LISTS['signals']:,} signals, {LISTS['children']:,} child runs and a batch of"
+          f" {LISTS['batch']:,} in {time.perf_counter() - t:.1f} s", flush=True)
 
 
 def seed_insights(url: str) -> None:
@@ -219,7 +305,13 @@ def targets(url: str) -> dict[str, Any]:
         big = conn.execute(f"SELECT {BIG_RUN}").fetchone()[0]  # type: ignore[index]
         batch = conn.execute("SELECT min(id) FROM pgbus_batches").fetchone()[0]  # type: ignore[index]
         middle = conn.execute("SELECT (min(id) + max(id)) / 2 FROM pgbus_workflows").fetchone()[0]  # type: ignore[index]
-    return {"paused": paused, "big": big, "batch": batch, "middle": middle}
+        lists = conn.execute(f"SELECT {LISTS_RUN}").fetchone()[0]  # type: ignore[index]
+        big_batch = conn.execute(f"SELECT id FROM pgbus_batches WHERE workflow_id = {LISTS_RUN}").fetchone()[0]  # type: ignore[index]
+        # a page of signals in the middle of the 20,000 (as "Older signals" links to it)
+        signals_before = conn.execute(f"SELECT id FROM pgbus_workflow_signals WHERE workflow_id = {LISTS_RUN}"
+                                      " ORDER BY id OFFSET 10000 LIMIT 1").fetchone()[0]  # type: ignore[index]
+    return {"paused": paused, "big": big, "batch": batch, "middle": middle, "lists": lists, "big_batch": big_batch,
+            "signals_before": signals_before}
 
 
 def measure(args: argparse.Namespace, url: str) -> list[Figure]:
@@ -240,12 +332,13 @@ def measure(args: argparse.Namespace, url: str) -> list[Figure]:
     group = max(queries.attention_groups(engine), key=lambda g: g.count)
     smallest = min(queries.attention_groups(engine), key=lambda g: g.count)
 
-    def page(path: str) -> Callable[[], Any]:
-        return lambda: client.get(path)
+    def page(path: str | tuple[str, dict[str, str]]) -> Callable[[], Any]:
+        address, headers = path if isinstance(path, tuple) else (path, {})
+        return lambda: client.get(address, headers=headers)
 
     group_query = (f"workflow_class={group.workflow_class}&reason={group.reason}&step={group.step_name}"
                    f"&error_class={group.error_class or ''}")
-    pages: list[tuple[str, str]] = [
+    pages: list[tuple[str, str | tuple[str, dict[str, str]]]] = [
         ("overview", "/pgbus/"),
         ("api overview", "/pgbus/api/overview"),
         ("runs", "/pgbus/runs"),
@@ -275,8 +368,15 @@ def measure(args: argparse.Namespace, url: str) -> list[Figure]:
         ("api run (paused run)", f"/pgbus/api/runs/{ids['paused']}"),
         ("run page (3,000 attempts)", f"/pgbus/runs/{ids['big']}"),
         ("api run (3,000 attempts)", f"/pgbus/api/runs/{ids['big']}"),
+        ("run page (20,000 signals, 2,000 children)", f"/pgbus/runs/{ids['lists']}"),
+        ("run page, live refresh (same run)", (f"/pgbus/runs/{ids['lists']}", {"X-Pgbus-Live": "1"})),
+        ("run page, older signals (same run)", f"/pgbus/runs/{ids['lists']}?signals_before={ids['signals_before']}"),
+        ("api run (20,000 signals, 2,000 children)", f"/pgbus/api/runs/{ids['lists']}"),
         ("batch page", f"/pgbus/batches/{ids['batch']}"),
         ("api batch", f"/pgbus/api/batches/{ids['batch']}"),
+        ("batch page (5,000 children)", f"/pgbus/batches/{ids['big_batch']}"),
+        ("batch page, children after 2,500", f"/pgbus/batches/{ids['big_batch']}?after=2500"),
+        ("api batch (5,000 children)", f"/pgbus/api/batches/{ids['big_batch']}"),
         ("insights, 1h", "/pgbus/classes/FiveNoop/insights?window=1h"),
         ("insights, 24h", "/pgbus/classes/FiveNoop/insights?window=24h"),
         ("insights, 7d", "/pgbus/classes/FiveNoop/insights?window=7d"),

@@ -80,6 +80,9 @@ KEYS: tuple[Key, ...] = (
     Key("PGBUS_METRICS_TOKEN", None,
         "bearer token a scraper sends to read <prefix>/metrics without the dashboard's auth (16+ characters)",
         "secret"),
+    Key("PGBUS_MAX_PENDING_SIGNALS", 1_000,
+        "most pending signals one run may hold: past it run.signal() raises TooManyPendingSignals and stores"
+        " nothing", "pos_int"),
     Key("PGBUS_MCP_WRITE", False,
         "let `flask pgbus mcp` offer the write tools (verbs, signals, bulk verbs); read tools only when false",
         "bool"),
@@ -123,6 +126,7 @@ class Settings:
     mcp_write: bool = False
     mcp_token: str | None = field(default=None, repr=False)
     dashboard_hosts: tuple[str, ...] = field(default=())
+    max_pending_signals: int = 1_000
 
     @classmethod
     def load(cls, values: Mapping[str, Any]) -> Settings:
@@ -166,6 +170,7 @@ class Settings:
             mcp_write=parsed["PGBUS_MCP_WRITE"],
             mcp_token=parsed["PGBUS_MCP_TOKEN"],
             dashboard_hosts=parsed["PGBUS_DASHBOARD_HOSTS"],
+            max_pending_signals=parsed["PGBUS_MAX_PENDING_SIGNALS"],
         )
 
     @classmethod

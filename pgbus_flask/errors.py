@@ -135,6 +135,18 @@ class SignalRefused(InvalidInput):
         self.problem = message
 
 
+class TooManyPendingSignals(PgbusError):
+    """A run already holds as many pending signals as ``PGBUS_MAX_PENDING_SIGNALS`` allows (signals no
+    step has taken yet): the signal was not stored. A redelivery of a stored one is still answered."""
+
+    def __init__(self, workflow_id: object, limit: int) -> None:
+        self.workflow_id = workflow_id
+        self.limit = limit
+        super().__init__(f"run {workflow_id} already holds {limit:,} pending signals, the most "
+                         f"PGBUS_MAX_PENDING_SIGNALS allows: the signal was not stored (a signal stays pending "
+                         "until a step waiting for its name takes it)")
+
+
 class StepStalled(Coded, PgbusError):
     """The attempt ran past its stall deadline (its worker probably died)."""
 

@@ -34,8 +34,33 @@ def _uuid(value: Any) -> uuid.UUID:
 _PAUSE_EVENTS_SQL = ("SELECT event, created_at FROM pgbus_workflow_events WHERE workflow_id = %s AND event IN ("
                      + ", ".join(f"'{event}'" for event in states.PAUSE_EVENTS) + ") ORDER BY id")
 
-#: Attempts and audit events a page of a run shows at once (the newest; "older" pages show the rest).
+#: Attempts, audit events, signals, child runs and batches a page of a run shows at once (the newest;
+#: "older" pages show the rest).
 PAGE_SIZE = 25
+#: A JSON value a page shows (a signal's payload, a fan-out child's arguments and result) is read
+#: whole only when PostgreSQL stores it in at most this many bytes; of a larger one a page reads the
+#: first :data:`HEAD_CHARS` characters of its JSON text (``<column>_head``), and the whole value is
+#: read on its own (:meth:`Run.signal_row`, :func:`pgbus_flask.queries.batch_child`).
+WHOLE_BYTES = 16_384
+HEAD_CHARS = 1_000
+#: Of a value stored larger than this not even the start is read (it would be read whole to write it as
+#: text: some 6 ms a MB): its head is empty.
+HEAD_BYTES = 262_144
+# A signal's columns but its payload (read bounded, see WHOLE_BYTES).
+_SIGNAL_COLUMNS = ("id, workflow_id, name, idempotency_key, status, sent_by, claimed_by_step_id, claimed_at,"
+                   " consumed_at, created_at")
+_CHILD_COLUMNS = ("id, workflow_id, workflow_class, status, current_step, parent_step_name, created_at, finished_at,"
+                  " attention_reason")
+
+
+def bounded(column: str) -> str:
+    """Select-list items for the jsonb ``column``: the value when it is stored in at most
+    :data:`WHOLE_BYTES` (else NULL), and ``<column>_head``, the start of a larger one's JSON text
+    (empty past :data:`HEAD_BYTES`; ``pg_column_size`` reads the stored size without reading the value)."""
+    size = f"pg_column_size({column})"
+    return (f"CASE WHEN {size} <= {WHOLE_BYTES} THEN {column} END AS {column},"
+            f" CASE WHEN {size} <= {WHOLE_BYTES} THEN NULL WHEN {size} <= {HEAD_BYTES}"
+            f" THEN left({column}::text, {HEAD_CHARS}) ELSE '' END AS {column}_head")
 
 
 @dataclass(frozen=True)
@@ -43,11 +68,12 @@ class Page:
     """Some rows of a long list, oldest first: the newest ``limit`` older than a cursor.
 
     ``older`` is the cursor of the page before (the ``before=`` value that shows it), or None when
-    these are the oldest rows.
+    these are the oldest rows. ``total`` is how many rows the whole list has (None: not counted).
     """
 
     rows: list[Row]
     older: int | None
+    total: int | None = None
 
 
 @dataclass
@@ -171,18 +197,27 @@ class Run:
         """The audit trail, oldest first."""
         return self._rows("SELECT * FROM pgbus_workflow_events WHERE workflow_id = %s ORDER BY id")
 
-    def _page(self, table: str, before: int | None, limit: int) -> Page:
-        """The newest ``limit`` rows of ``table`` for this run with an id below ``before``, oldest first:
-        one range of the ``(workflow_id, id)`` index, however long the run's history."""
-        query = f"SELECT * FROM {table} WHERE workflow_id = %s"  # table: one of two names below
+    def _page(self, table: str, before: int | None, limit: int, *, columns: str = "*", owner: str = "workflow_id",
+              count: bool = False) -> Page:
+        """The newest ``limit`` rows of ``table`` whose ``owner`` column is this run, with an id below
+        ``before``, oldest first: one range of an ``(owner, id)`` index, however long the list. With
+        ``count``, ``total`` counts the whole list (a second range of the same index, skipped when the
+        first page holds all of it)."""
+        # table, columns and owner: literals of the methods below, never input
+        where = f"FROM {table} WHERE {owner} = %s"
         params: list[Any] = [self.workflow_id]
         if before is not None:
-            query += " AND id < %s"
             params.append(before)
         with self.engine.db.reading() as conn:
-            rows = list(runner._q(conn, query + " ORDER BY id DESC LIMIT %s", (*params, limit + 1)).fetchall())
+            rows = list(runner._q(conn, f"SELECT {columns} {where}" + (" AND id < %s" if before is not None else "")
+                                  + " ORDER BY id DESC LIMIT %s", (*params, limit + 1)).fetchall())
+            total = None
+            if count and before is None and len(rows) <= limit:
+                total = len(rows)
+            elif count:
+                total = int(conn.execute(f"SELECT count(*) {where}", (self.workflow_id,)).fetchone()[0])  # type: ignore[index]
         older = rows[limit - 1]["id"] if len(rows) > limit else None
-        return Page(rows[:limit][::-1], older)
+        return Page(rows[:limit][::-1], older, total)
 
     def steps_page(self, before: int | None = None, limit: int = PAGE_SIZE) -> Page:
         """The newest ``limit`` attempts (with a step row id below ``before``), oldest first."""
@@ -232,15 +267,56 @@ class Run:
         return sorted(out.values(), key=lambda b: (first_id[b.step_name], b.index))
 
     def signals(self) -> list[Row]:
+        """Every signal, oldest first (a page of them: :meth:`signals_page`)."""
         return self._rows("SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s ORDER BY id")
 
+    def signals_page(self, before: int | None = None, limit: int = PAGE_SIZE, *, bounded_payloads: bool = False
+                     ) -> Page:
+        """The newest ``limit`` signals (with an id below ``before``), oldest first, and how many the run
+        has. With ``bounded_payloads`` a large payload is left out (:func:`bounded`): what a page shows."""
+        columns = f"{_SIGNAL_COLUMNS}, {bounded('payload')}" if bounded_payloads else "*"
+        return self._page("pgbus_workflow_signals", before, limit, columns=columns, count=True)
+
+    def signal_row(self, signal_id: int) -> Row | None:
+        """One signal of this run, whole (None when the run has no signal with this id)."""
+        with self.engine.db.reading() as conn:
+            return runner._q(conn, "SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s AND id = %s",
+                             (self.workflow_id, signal_id)).fetchone()
+
     def batches(self) -> list[Row]:
+        """Every fan-out batch, oldest first (a page of them: :meth:`batches_page`)."""
         return self._rows("SELECT * FROM pgbus_batches WHERE workflow_id = %s ORDER BY id")
 
+    def batches_page(self, before: int | None = None, limit: int = PAGE_SIZE) -> Page:
+        """The newest ``limit`` fan-out batches (with an id below ``before``), oldest first, and how many."""
+        return self._page("pgbus_batches", before, limit, count=True)
+
+    def batch(self, batch_id: int | None) -> Row | None:
+        """One fan-out batch of this run (None for none): the latest step's, for its sentence."""
+        if batch_id is None:
+            return None
+        with self.engine.db.reading() as conn:
+            return runner._q(conn, "SELECT * FROM pgbus_batches WHERE workflow_id = %s AND id = %s",
+                             (self.workflow_id, batch_id)).fetchone()
+
+    def children_page(self, before: int | None = None, limit: int = PAGE_SIZE) -> Page:
+        """The newest ``limit`` child runs (with a run row id below ``before``), oldest first, with the
+        columns of :meth:`children` and ``id``; and how many the run has."""
+        return self._page("pgbus_workflows", before, limit, columns=_CHILD_COLUMNS, owner="parent_workflow_id",
+                          count=True)
+
+    def ongoing_children(self) -> int:
+        """How many of its child runs are ongoing (what cancel would cancel too)."""
+        with self.engine.db.reading() as conn:
+            row = conn.execute("SELECT count(*) FROM pgbus_workflows WHERE parent_workflow_id = %s"
+                               " AND status IN ('ready', 'running', 'waiting', 'paused')",  # pgbus_workflows_parent
+                               (self.workflow_id,)).fetchone()
+        return int(row[0]) if row else 0
+
     def children(self) -> list[Row]:
-        """The child runs its steps started (``start_child``), in the order they were started:
+        """Every child run its steps started (``start_child``), in the order they were started:
         ``workflow_id``, ``workflow_class``, ``status``, ``current_step``, ``parent_step_name``,
-        ``created_at``, ``finished_at``, ``attention_reason``."""
+        ``created_at``, ``finished_at``, ``attention_reason`` (a page of them: :meth:`children_page`)."""
         ids = list(dict.fromkeys(i for row in self._rows(
             "SELECT child_ids FROM pgbus_workflow_steps WHERE workflow_id = %s AND child_ids IS NOT NULL ORDER BY id"
         ) for i in row["child_ids"]))

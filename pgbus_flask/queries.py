@@ -16,6 +16,7 @@ from psycopg import sql
 from . import attention, payload, runner, states
 from .engine import Engine
 from .errors import InvalidInput, PgbusError, WorkflowNotFound
+from .handle import PAGE_SIZE, bounded
 
 Row = dict[str, Any]
 
@@ -482,15 +483,54 @@ def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
     return rows[:limit], cursor
 
 
+_BATCH = ("SELECT b.*, w.workflow_class, w.subject_type, w.subject_id FROM pgbus_batches b"
+          " JOIN pgbus_workflows w ON w.workflow_id = b.workflow_id WHERE b.id = %s")
+# A child's columns but its arguments and result (read bounded on a page, see handle.WHOLE_BYTES).
+_BATCH_CHILD_COLUMNS = ("batch_id, position, status, job_id, enqueued_at, finished_at, error_class, error_message,"
+                        " error_code, error_params")
+
+
 def batch_progress(engine: Engine, batch_id: int) -> tuple[Row, list[Row]] | None:
     """A batch (done, failed, total, status ...) with its run's ``workflow_class``, ``subject_type`` and
-    ``subject_id``, and its children (``position`` from 0), or None."""
+    ``subject_id``, and all its children (``position`` from 0), or None. A page of them: :func:`batch_page`."""
     with engine.db.connection() as conn:
-        batch = runner._q(conn, "SELECT b.*, w.workflow_class, w.subject_type, w.subject_id FROM pgbus_batches b"
-                                " JOIN pgbus_workflows w ON w.workflow_id = b.workflow_id WHERE b.id = %s",
-                          (batch_id,)).fetchone()
+        batch = runner._q(conn, _BATCH, (batch_id,)).fetchone()
         if batch is None:
             return None
         children = list(runner._q(conn, "SELECT * FROM pgbus_batch_children WHERE batch_id = %s ORDER BY position",
                                   (batch_id,)).fetchall())
     return batch, children
+
+
+@dataclass(frozen=True)
+class ChildrenPage:
+    """Some children of a batch in position order: those after a cursor, and the cursor of the next page
+    (the ``after=`` value that shows it, None after the last child)."""
+
+    rows: list[Row]
+    after: int | None
+    next_after: int | None
+
+
+def batch_page(engine: Engine, batch_id: int, after: int | None = None, limit: int = PAGE_SIZE, *,
+               bounded_values: bool = False) -> tuple[Row, ChildrenPage] | None:
+    """A batch as :func:`batch_progress` reads it, with ``limit`` of its children from the position after
+    ``after`` on (one range of its primary key; the batch's ``total`` says how many there are), or None.
+    With ``bounded_values`` a large ``args`` or ``result`` is left out (:func:`pgbus_flask.handle.bounded`)."""
+    columns = (f"{_BATCH_CHILD_COLUMNS}, {bounded('args')}, {bounded('result')}" if bounded_values else "*")
+    with engine.db.connection() as conn:
+        batch = runner._q(conn, _BATCH, (batch_id,)).fetchone()
+        if batch is None:
+            return None
+        rows = list(runner._q(conn, f"SELECT {columns} FROM pgbus_batch_children WHERE batch_id = %s"
+                                    " AND position > %s ORDER BY position LIMIT %s",
+                              (batch_id, -1 if after is None else after, limit + 1)).fetchall())
+    next_after = rows[limit - 1]["position"] if len(rows) > limit else None
+    return batch, ChildrenPage(rows[:limit], after, next_after)
+
+
+def batch_child(engine: Engine, batch_id: int, position: int) -> Row | None:
+    """One child of a batch, whole (None when the batch has no child at ``position``, counted from 0)."""
+    with engine.db.connection() as conn:
+        return runner._q(conn, "SELECT * FROM pgbus_batch_children WHERE batch_id = %s AND position = %s",
+                         (batch_id, position)).fetchone()

@@ -3,7 +3,8 @@
 axe-core (bundled in the ``axe-playwright-python`` wheel: nothing is fetched) checks each page in a
 light and a dark Chromium (``color_scheme``): the overview, the runs list with filters, a run page in
 each state that shows different parts (paused on an error with its action forms, waiting for a
-signal with the signal form, finished, waiting on a batch), the attention page with its groups, a
+signal with the signal form, finished, waiting on a batch, with more signals than a page and cut
+payloads), the attention page with its groups, a
 batch page, the confirmation page, a 404, the insights page and a schedule's page (the overview
 lists two schedules, one paused). Any violation of impact "serious" or
 "critical" fails the test, named with its rule, impact, help text and the elements' selectors.
@@ -21,6 +22,8 @@ from typing import Any
 
 import pytest
 from flask import Flask
+
+from pgbus_flask.handle import Run
 
 from . import test_browser
 from .schedule_helpers import Declare
@@ -113,6 +116,13 @@ def pages_to_check(app: Flask, page: Any) -> list[tuple[str, str]]:
         parent = Fulfilment.start(parcels=[1, 2], failing=[2])  # waits on a finished and a paused child
     work(app.extensions["pgbus"])
     child = next(c for c in parent.refresh().children() if c["status"] == "paused")
+    # a run with more signals than a page shows, a payload cut with the rest in a disclosure and one
+    # behind a link
+    noisy = Run(app.extensions["pgbus"], ids["waiting_signal"])
+    for i in range(30):
+        noisy.signal("noise", {"i": i})
+    noisy.signal("noise", {"note": "m" * 600})
+    noisy.signal("noise", {"blob": uuid.uuid4().hex * 1_000})
     page.goto(f"/pgbus/runs/{ids['waiting_batch']}")
     batch = by_testid(page, "batch-link").locator("a").get_attribute("href")
     assert batch
@@ -121,6 +131,7 @@ def pages_to_check(app: Flask, page: Any) -> list[tuple[str, str]]:
         ("runs", "/pgbus/runs?workflow_class=FailsUntil&status=paused&reason=paused_error"),
         ("run paused on an error", f"/pgbus/runs/{ids['paused_error']}"),
         ("run waiting for a signal", f"/pgbus/runs/{ids['waiting_signal_deadline']}"),
+        ("run with more signals than a page", f"/pgbus/runs/{ids['waiting_signal']}"),
         ("run finished", f"/pgbus/runs/{ids['finished']}"),
         ("run cancelled", f"/pgbus/runs/{ids['cancelled']}"),
         ("run waiting on a batch", f"/pgbus/runs/{ids['waiting_batch']}"),

@@ -170,9 +170,11 @@ def seeded(app: Flask) -> Iterator[dict[str, str]]:
         fan = FansOut.start(n=2)
         PausesItself.start()
         work(engine_of(app))
+        signal = paused.signal("note", {"a": 1})
     sql(app, "UPDATE pgbus_workflow_steps SET backtrace = NULL")  # a real traceback would hide a leaked one
     batch_id = app.test_client().get(f"/pgbus/api/runs/{fan.workflow_id}").get_json()["batches"][0]["id"]
-    yield {"paused": str(paused.workflow_id), "waiting": str(waiting.workflow_id), "batch_id": str(batch_id)}
+    yield {"paused": str(paused.workflow_id), "waiting": str(waiting.workflow_id), "batch_id": str(batch_id),
+           "signal_id": str(signal.id)}
 
 
 #: Path arguments of the routes whose valid values differ from ``baseline_args``.
@@ -188,7 +190,8 @@ def test_no_hostile_value_breaks_a_route_or_changes_what_it_must_not(app: Flask,
     client = app.test_client()
     prefix = "/pgbus"
     baseline_args = {"workflow_id": seeded["paused"], "action": "resume_at", "batch_id": seeded["batch_id"],
-                     "filename": "pgbus.css", "rest": "nope", "workflow_class": "FailsUntil"}
+                     "filename": "pgbus.css", "rest": "nope", "workflow_class": "FailsUntil",
+                     "signal_id": seeded["signal_id"], "position": "0"}
     token = csrf(client, f"/pgbus/runs/{seeded['paused']}")
     # The forms the pages offer, by the endpoint they post to: their fields and valid values.
     adapter = app.url_map.bind("localhost")

@@ -93,7 +93,9 @@ LIST_RUNS_OUT = obj({
 
 def show_run(call: Call, args: dict[str, Any]) -> Reply:
     run_id = queries.resolve_run_id(call.engine, args["workflow_id"])
-    data = api.run_data(call.engine, call.pages, run_id, args.get("steps_before"), args.get("events_before"))
+    data = api.run_data(call.engine, call.pages, run_id, args.get("steps_before"), args.get("events_before"),
+                        signals_before=args.get("signals_before"), children_before=args.get("children_before"),
+                        batches_before=args.get("batches_before"))
     if not args.get("full_backtraces"):
         for step in data["steps"]:
             trace = step.get("backtrace")
@@ -121,12 +123,18 @@ def show_run(call: Call, args: dict[str, Any]) -> Reply:
                      f"{shown(data['parent']['step'] or '', 80)}.")
     if data.get("children"):
         states_of = ", ".join(f"{c['workflow_id']} {c['status']}" for c in data["children"][:10])
-        lines.append(f"Child runs ({len(data['children'])}): {states_of}" + (" …" if len(data["children"]) > 10
-                                                                            else ""))
+        total = data["children_total"]
+        page = f", {len(data['children'])} shown" if len(data["children"]) < total else ""
+        lines.append(f"Child runs ({total:,}{page}): {states_of}" + (" …" if len(data["children"]) > 10 else ""))
     if not data["class_loaded"]:
         lines.append("Its class is not importable here: resume, resume_at, rerun and skip are refused.")
-    lines.append(f"{len(data['steps'])} attempts, {len(data['events'])} audit events, {len(data['signals'])} "
-                 f"signals, {len(data['batches'])} batches shown.")
+    lines.append(f"{len(data['steps'])} attempts, {len(data['events'])} audit events, {len(data['signals'])} of "
+                 f"{data['signals_total']:,} signals, {len(data['batches'])} of {data['batches_total']:,} batches "
+                 "shown.")
+    older = [f"{name}_before={data['older_' + name]}" for name in ("steps", "events", "signals", "children",
+                                                                  "batches") if data["older_" + name]]
+    if older:
+        lines.append("Older ones: call again with " + ", ".join(older) + ".")
     return data, "\n".join(lines)
 
 
@@ -140,11 +148,20 @@ SHOW_RUN_OUT = obj({
     "events": arr(obj({"id": INT, "event": STR, "actor": STR, "reason": NSTR, "sentence": STR},
                       ("id", "event", "actor", "sentence"))),
     "older_events": {**NINT, "description": "pass as `events_before` for older events; null: none"},
-    "signals": arr(ROW), "batches": arr(ROW), "outputs": ROW,
+    "signals": arr(ROW),
+    "older_signals": {**NINT, "description": "pass as `signals_before` for older signals; null: none"},
+    "signals_total": {**INT, "description": "how many signals the run has"},
+    "batches": arr(ROW),
+    "older_batches": {**NINT, "description": "pass as `batches_before` for older batches; null: none"},
+    "batches_total": {**INT, "description": "how many fan-out batches the run has"},
+    "outputs": ROW,
     "parent": {"type": ["object", "null"], "properties": {"workflow_id": STR, "step": NSTR}},
     "children": arr(RUN_ROW),
+    "older_children": {**NINT, "description": "pass as `children_before` for older child runs; null: none"},
+    "children_total": {**INT, "description": "how many child runs the run started"},
 }, ("run", "presentation", "available_actions", "resume_plan", "definition_outdated", "class_loaded", "steps",
-    "older_steps", "events", "older_events", "signals", "batches", "outputs"))
+    "older_steps", "events", "older_events", "signals", "older_signals", "signals_total", "batches",
+    "older_batches", "batches_total", "outputs", "children", "older_children", "children_total"))
 
 
 def attention_groups(call: Call, args: dict[str, Any]) -> Reply:
@@ -243,11 +260,16 @@ READ_TOOLS: tuple[Tool, ...] = (
          "(resume_plan: retry the failed step, continue with the next, keep waiting, finish), whether it started "
          "on an older definition of its class, its attempts with errors and backtraces (the newest 25; older "
          "with steps_before), its audit trail (who did what and why; the newest 25, older with events_before), "
-         "its signals, fan-out batches, the run that started it (parent) and the child runs it started, and its "
-         "step outputs. Use it before acting on a run.",
+         "its signals, fan-out batches and the child runs it started (the newest 25 of each with their totals; "
+         "older with signals_before, batches_before, children_before), the run that started it (parent), and "
+         "its step outputs. Use it before acting on a run.",
          {"workflow_id": string(RUN_ID),
           "steps_before": {**CURSOR, "description": "older_steps of a previous call: the attempts before it"},
           "events_before": {**CURSOR, "description": "older_events of a previous call: the events before it"},
+          "signals_before": {**CURSOR, "description": "older_signals of a previous call: the signals before it"},
+          "children_before": {**CURSOR, "description": "older_children of a previous call: the child runs "
+                                                       "before it"},
+          "batches_before": {**CURSOR, "description": "older_batches of a previous call: the batches before it"},
           "full_backtraces": {"type": "boolean", "default": False,
                               "description": f"whole backtraces (by default each shows its last "
                                              f"{BACKTRACE_TAIL:,} characters)"}},

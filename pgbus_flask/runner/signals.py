@@ -10,7 +10,7 @@ from psycopg.types.json import Jsonb
 
 from .. import payload, states
 from ..db import Transaction
-from ..errors import ArgumentsNotSerializable, SignalRefused, StepNotDefined
+from ..errors import ArgumentsNotSerializable, SignalRefused, StepNotDefined, TooManyPendingSignals
 from .allowed import _check
 from .attempt import _held_or_claim_signal
 from .rows import Row, _now, _q, cap, check_who, latest_step, load_class, move_run, move_step, record_event
@@ -43,7 +43,9 @@ def send_signal(engine: Engine, workflow_id: Any, name: str, data: Any = None, *
     """Store a signal for a run; a step waiting for it is claimed and sent at once.
 
     A redelivery with the same ``idempotency_key`` stores nothing and returns
-    the stored signal with ``duplicate_delivery`` set.
+    the stored signal with ``duplicate_delivery`` set. Any other signal to a run
+    that already holds ``PGBUS_MAX_PENDING_SIGNALS`` pending ones is refused with
+    :class:`TooManyPendingSignals`, and nothing is stored.
     """
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         raise SignalRefused(f"signal name must be a non-empty string of at most 200 characters, got "
@@ -58,6 +60,18 @@ def send_signal(engine: Engine, workflow_id: Any, name: str, data: Any = None, *
         raise SignalRefused(str(exc), "payload") from None
     with engine.db.transaction() as tx:
         run, _latest, _klass = _check(engine, tx, "signal", workflow_id)
+        # Under the run's row lock (taken by _check), which every signal to it takes first: no other
+        # signal can be stored between this count and the insert. A redelivery is answered first.
+        if idempotency_key is not None:
+            existing = _stored(tx, workflow_id, idempotency_key)
+            if existing is not None:
+                return _signal_result(existing, True)
+        limit = engine.settings.max_pending_signals
+        # Counted up to the limit only (an index-only range of pgbus_workflow_signals_pending).
+        pending = _q(tx.conn, "SELECT count(*) AS n FROM (SELECT 1 FROM pgbus_workflow_signals WHERE workflow_id = %s"
+                              " AND status = 'pending' LIMIT %s) p", (workflow_id, limit)).fetchone()["n"]
+        if pending >= limit:
+            raise TooManyPendingSignals(workflow_id, limit)
         row = _q(
             tx.conn,
             "INSERT INTO pgbus_workflow_signals (workflow_id, name, payload, idempotency_key, status, sent_by)"
@@ -65,15 +79,21 @@ def send_signal(engine: Engine, workflow_id: Any, name: str, data: Any = None, *
             " ON CONFLICT (workflow_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING *",
             (workflow_id, name, Jsonb(data_json), idempotency_key, cap(actor, 200)),
         ).fetchone()
-        if row is None:
-            existing = _q(tx.conn, "SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s"
-                          " AND idempotency_key = %s", (workflow_id, idempotency_key)).fetchone()
+        if row is None:  # stored meanwhile under this key (every signal takes the run's lock first: never)
+            existing = _stored(tx, workflow_id, idempotency_key)
+            assert existing is not None
             return _signal_result(existing, True)
         record_event(tx, workflow_id, "signal_received", actor, reason=reason,
                      details={"signal": name, "signal_id": row["id"]})
         if run["status"] == "waiting":
             row = _deliver_to_waiting_step(engine, tx, run, name) or row
         return _signal_result(row, False)
+
+
+def _stored(tx: Transaction, workflow_id: Any, idempotency_key: str | None) -> Row | None:
+    """The signal stored for this run under ``idempotency_key``, if any."""
+    return _q(tx.conn, "SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s AND idempotency_key = %s",
+              (workflow_id, idempotency_key)).fetchone()
 
 
 def _deliver_to_waiting_step(engine: Engine, tx: Transaction, run: Row, name: str) -> Row | None:

@@ -53,6 +53,9 @@ CREATE INDEX pgbus_workflows_class ON pgbus_workflows (workflow_class, id);
 CREATE INDEX pgbus_workflows_parent
     ON pgbus_workflows (parent_workflow_id)
     WHERE parent_workflow_id IS NOT NULL AND status IN ('ready', 'running', 'waiting', 'paused');
+-- A run's child runs, a page at a time (0012).
+CREATE INDEX pgbus_workflows_children
+    ON pgbus_workflows (parent_workflow_id, id) WHERE parent_workflow_id IS NOT NULL;
 CREATE INDEX pgbus_workflows_step ON pgbus_workflows (current_step, id);
 CREATE INDEX pgbus_workflows_attention ON pgbus_workflows (attention_reason, id) WHERE attention_reason IS NOT NULL;
 CREATE INDEX pgbus_workflows_attention_group
@@ -167,7 +170,7 @@ CREATE TABLE pgbus_batches (
     finished_at      timestamptz
 );
 CREATE INDEX pgbus_batches_open ON pgbus_batches (created_at) WHERE status = 'open';
-CREATE INDEX pgbus_batches_run ON pgbus_batches (workflow_id);
+CREATE INDEX pgbus_batches_run ON pgbus_batches (workflow_id, id);  -- id since 0012: a run page's batches
 
 CREATE TABLE pgbus_batch_children (
     batch_id      bigint NOT NULL REFERENCES pgbus_batches (id) ON DELETE CASCADE,

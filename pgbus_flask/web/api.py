@@ -29,7 +29,7 @@ from ..handle import Run
 from . import helpers, inputs, security
 from .i18n import gettext
 from .presenter import Presentation
-from .views import NOT_INPUT_ERRORS, PAGE_SIZE, Pages, escape_surrogates, read_filters
+from .views import NOT_INPUT_ERRORS, PAGE_SIZE, Pages, escape_surrogates, read_cursors, read_filters
 
 PREFIX = "/api"
 #: The verbs the JSON API takes (signal has the dashboard's form; bulk verbs the CLI and MCP).
@@ -91,20 +91,24 @@ def runs_data(engine: Engine, pages: Pages, filters: Mapping[str, str | None], b
 
 
 def run_data(engine: Engine, pages: Pages, workflow_id: Any, steps_before: int | None = None,
-             events_before: int | None = None) -> dict[str, Any]:
-    """One run: its row, presentation, verbs allowed now, resume plan, a page of attempts and of
-    audit events, signals, batches, its parent and children, and outputs. Needs an app context."""
+             events_before: int | None = None, *, signals_before: int | None = None,
+             children_before: int | None = None, batches_before: int | None = None) -> dict[str, Any]:
+    """One run: its row, presentation, verbs allowed now, resume plan, its parent, outputs, and a page
+    of each of its lists (attempts, audit events, signals, child runs, batches: the newest 25 below each
+    one's cursor, oldest first, with the cursor of the page before; and how many signals, child runs and
+    batches it has). Needs an app context."""
     run = Run(engine, workflow_id)
     pages.sync_clock(run.row["db_now"])
     row = dict(run.row)
     row["latest_step"] = run.latest_step
-    batches = run.batches()
     latest = run.latest_step or {}
-    batch = next((b for b in batches if b["id"] == latest.get("batch_id")), None)
+    batch = run.batch(latest.get("batch_id"))
     if batch is not None:
         row.update(batch_done=batch["done"], batch_failed=batch["failed"], batch_total=batch["total"])
     plan = run.resume_plan()
     steps, events = run.steps_page(steps_before), run.events_page(events_before)
+    signals, children = run.signals_page(signals_before), run.children_page(children_before)
+    batches = run.batches_page(batches_before)
     return {
         "run": _row(run.row),
         "presentation": _presentation(pages.present(row), g.pgbus_now),
@@ -116,12 +120,28 @@ def run_data(engine: Engine, pages: Pages, workflow_id: Any, steps_before: int |
         "older_steps": steps.older,
         "events": [{**_row(e), "sentence": helpers.audit_sentence(e)} for e in events.rows],
         "older_events": events.older,
-        "signals": [_row(s) for s in run.signals()],
-        "batches": [_row(b) for b in batches],
+        "signals": [_row(s) for s in signals.rows],
+        "older_signals": signals.older,
+        "signals_total": signals.total,
+        "batches": [_row(b) for b in batches.rows],
+        "older_batches": batches.older,
+        "batches_total": batches.total,
         "parent": {"workflow_id": str(run.parent_id), "step": run.parent_step} if run.parent_id else None,
-        "children": [_row(c) for c in run.children()],
+        "children": [_row(c) for c in children.rows],
+        "older_children": children.older,
+        "children_total": children.total,
         "outputs": run.outputs(),
     }
+
+
+def batch_data(engine: Engine, batch_id: int, after: int | None = None) -> dict[str, Any] | None:
+    """A batch and 25 of its children in position order from the one after ``after`` on, with
+    ``next_after``: the ``after`` value of the next page (null after the last); None for no batch."""
+    found = queries.batch_page(engine, batch_id, after)
+    if found is None:
+        return None
+    batch, children = found
+    return {"batch": _row(batch), "children": [_row(c) for c in children.rows], "next_after": children.next_after}
 
 
 def attention_data(engine: Engine, workflow_class: str | None) -> dict[str, Any]:
@@ -154,10 +174,17 @@ class Api:
         return reply(runs_data(self.engine, self.pages, filters, before))
 
     def run(self, workflow_id: str) -> Response:
-        steps_before = inputs.whole_number(request.args.get("steps_before"), "steps_before")
-        events_before = inputs.whole_number(request.args.get("events_before"), "events_before")
-        return reply({**run_data(self.engine, self.pages, workflow_id, steps_before, events_before),
-                      "csrf_token": security.csrf_token()})
+        cursors = read_cursors()
+        return reply({**run_data(self.engine, self.pages, workflow_id, **cursors), "csrf_token": security.csrf_token()})
+
+    def signal(self, workflow_id: str, signal_id: str) -> Response:
+        """One signal of a run with its whole payload (what a page shows cut links here)."""
+        number = inputs.whole_number(signal_id, "signal_id")
+        found = Run(self.engine, workflow_id).signal_row(number) if number is not None else None
+        if found is None:
+            return reply({"error": gettext("The run has no signal with the id %(value)s.", value=signal_id),
+                          "status": 404}, 404)
+        return reply({"signal": _row(found)})
 
     def act(self, workflow_id: str, action: str) -> Response:
         """A verb on a run, as the dashboard's buttons do it (actor ``dashboard:NAME``): the run's
@@ -194,11 +221,21 @@ class Api:
 
     def batch(self, batch_id: str) -> Response:
         number = inputs.whole_number(batch_id, "batch_id")
-        found = queries.batch_progress(self.engine, number) if number is not None else None
+        after = inputs.whole_number(request.args.get("after"), "after", minimum=0, maximum=inputs.INT_MAX)
+        found = batch_data(self.engine, number, after) if number is not None else None
         if found is None:
             return reply({"error": gettext("No batch has the id %(value)s.", value=batch_id), "status": 404}, 404)
-        batch, children = found
-        return reply({"batch": _row(batch), "children": [_row(c) for c in children]})
+        return reply(found)
+
+    def batch_child(self, batch_id: str, position: str) -> Response:
+        """One child of a batch with its whole arguments and result (what a page shows cut links here)."""
+        number = inputs.whole_number(batch_id, "batch_id")
+        place = inputs.whole_number(position, "position", minimum=0, maximum=inputs.INT_MAX)
+        found = queries.batch_child(self.engine, number, place) if number is not None and place is not None else None
+        if found is None:
+            return reply({"error": gettext("The batch %(batch)s has no child job at position %(position)s.",
+                                           batch=batch_id, position=position), "status": 404}, 404)
+        return reply({"child": _row(found)})
 
     def missing(self, rest: str = "") -> Response:
         """Any other path under the API: a JSON 404 like the others, not the host app's HTML page."""
@@ -214,7 +251,9 @@ def register(bp: Blueprint, engine: Engine, pages: Pages) -> None:
     bp.add_url_rule(f"{PREFIX}/runs/<workflow_id>", "api_run", api.run)
     bp.add_url_rule(f"{PREFIX}/runs/<workflow_id>/actions/<action>", "api_act", api.act, methods=["POST"])
     bp.add_url_rule(f"{PREFIX}/attention", "api_attention", api.attention)
+    bp.add_url_rule(f"{PREFIX}/runs/<workflow_id>/signals/<signal_id>", "api_signal", api.signal)
     bp.add_url_rule(f"{PREFIX}/batches/<batch_id>", "api_batch", api.batch)
+    bp.add_url_rule(f"{PREFIX}/batches/<batch_id>/children/<position>", "api_batch_child", api.batch_child)
     # Routing prefers every rule above to these (a path converter matches last).
     for rule in (PREFIX, f"{PREFIX}/", f"{PREFIX}/<path:rest>"):
         bp.add_url_rule(rule, "api_missing", api.missing)

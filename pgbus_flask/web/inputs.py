@@ -21,6 +21,8 @@ from .i18n import code, markup, ugettext
 
 #: The largest value of a PostgreSQL ``bigint`` (run and batch ids, the runs list's cursor).
 BIGINT_MAX = 2**63 - 1
+#: The largest value of a PostgreSQL ``integer`` (a fan-out child's position).
+INT_MAX = 2**31 - 1
 
 # C0 controls but tab, newline and carriage return (a pasted payload keeps those), DEL, C1 controls,
 # and surrogates (only lone ones can occur in a Python string).

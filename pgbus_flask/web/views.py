@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -22,12 +23,13 @@ from ..errors import (
     SchemaMissing,
     StepNotDefined,
     SubjectConflict,
+    TooManyPendingSignals,
     WorkflowNotFound,
 )
 from ..handle import Page, Run
 from ..workflow import Workflow, registry
 from . import helpers, inputs, notices
-from .i18n import bdi, gettext, markup, ugettext
+from .i18n import bdi, code, gettext, markup, number, ugettext, ungettext
 from .presenter import Presentation, batch_name, present
 from .schedules import overview_items as schedule_items
 from .timeline import BUCKETS, MAX_BARS, render_buckets
@@ -55,6 +57,15 @@ def render(template: str, **context: Any) -> str:
 def refused(exc: PgbusError) -> Markup:
     """The message of an error that refused a request: what was wrong, and that nothing changed."""
     return markup(ugettext("Nothing was changed: %(problem)s"), problem=bdi(exc))
+
+
+def too_many_signals(exc: TooManyPendingSignals) -> Markup:
+    """Why a signal was refused at its run's limit of pending signals, and what frees room."""
+    return markup(ungettext("Nothing was stored: this run already holds %(num)s pending signal, the most "
+                            "%(setting)s allows. A signal stays pending until a step waiting for its name takes it.",
+                            "Nothing was stored: this run already holds %(num)s pending signals, the most "
+                            "%(setting)s allows. A signal stays pending until a step waiting for its name takes it.",
+                            exc.limit), num=number(exc.limit), setting=code("PGBUS_MAX_PENDING_SIGNALS"))
 
 
 def read_filters() -> dict[str, str | None]:
@@ -169,16 +180,16 @@ class Pages:
 
     def run_page(self, workflow_id: str, *, error: str | Markup | None = None, status: int = 200,
                  form: Mapping[str, str] | None = None) -> tuple[str, int]:
-        steps_before = inputs.whole_number(request.args.get("steps_before"), "steps_before")
-        events_before = inputs.whole_number(request.args.get("events_before"), "events_before")
+        cursors = read_cursors()
         run = self.load(workflow_id)
         self.sync_clock(run.row["db_now"])
-        steps, events = run.steps_page(steps_before), run.events_page(events_before)
-        signals, batches = run.signals(), run.batches()
+        steps, events = run.steps_page(cursors["steps_before"]), run.events_page(cursors["events_before"])
+        signals = run.signals_page(cursors["signals_before"], bounded_payloads=True)
+        children, batches = run.children_page(cursors["children_before"]), run.batches_page(cursors["batches_before"])
         row = dict(run.row)
         row["latest_step"] = run.latest_step
         latest = run.latest_step or {}
-        batch = next((b for b in batches if b["id"] == latest.get("batch_id")), None)
+        batch = run.batch(latest.get("batch_id"))
         if batch is not None:
             row.update(batch_done=batch["done"], batch_failed=batch["failed"], batch_total=batch["total"])
         klass = run.klass
@@ -191,19 +202,24 @@ class Pages:
             for s in steps.rows
         ]
         notice = notices.take("action", "signal", run=str(run.workflow_id))
-        children = run.children()
-        ongoing_children = sum(1 for c in children if c["status"] in states.ONGOING)
-        pages = {"steps_before": steps_before, "events_before": events_before,
-                 "older_steps": steps.older, "older_events": events.older}
+        ongoing_children = run.ongoing_children() if actions else 0
+        pages = {**cursors, "older_steps": steps.older, "older_events": events.older}
+
+        def page_url(anchor: str, **changed: int | None) -> str:
+            """This page with some lists' cursors changed (the others stay where they are)."""
+            args: dict[str, Any] = {name: value for name, value in {**cursors, **changed}.items() if value is not None}
+            return url_for(".run", workflow_id=run.workflow_id, _anchor=anchor, **args)
+
         return render(
             "pgbus/run.html", live=True, run=run, row=row, p=self.present(row), subject=self.subject(row), plan=plan,
             actions=actions, primary=helpers.primary_action(actions),
             buttons={a: helpers.action_button(a, plan, open_step) for a in actions},
             step_names=[s.name for s in klass.steps] if klass else [], attempts=attempts, events=events.rows,
-            pages=pages, signals=signals, batches=batches,
-            timeline=self.timeline(run, steps, steps_before is None and steps.older is None),
+            pages=pages, page_url=page_url, signals=signals, batches=batches, children=children,
+            payloads={sig["id"]: shown_json(sig["payload"], sig["payload_head"]) for sig in signals.rows},
+            timeline=self.timeline(run, steps, cursors["steps_before"] is None and steps.older is None),
             arguments=pretty(run.arguments), outputs=pretty(run.outputs()), error=error, form=form or {},
-            notice=notice, signal_allowed=signal_matters(run), parent=run.parent(), children=children,
+            notice=notice, signal_allowed=signal_matters(run), parent=run.parent(),
             step_gone=klass is not None and runner.step_gone(klass, latest.get("step_name") or run.current_step),
             confirms={a: helpers.action_confirm(a, run.workflow_class, run.current_step, helpers.TEXT,
                                                 open_step=open_step is not None, children=ongoing_children)
@@ -225,7 +241,7 @@ class Pages:
             params["step"] = step
         if request.form.get("confirmed") != "1":
             latest = run.latest_step or {}
-            ongoing = sum(1 for c in run.children() if c["status"] in states.ONGOING)
+            ongoing = run.ongoing_children()
             question = helpers.action_confirm(action, run.workflow_class, step or run.current_step, helpers.HTML,
                                               open_step=latest.get("status") in states.OPEN_STEP, children=ongoing)
             fields = {"reason": reason or "", **({"step": step} if step else {})}
@@ -262,6 +278,8 @@ class Pages:
                                 actor=g.pgbus_actor, reason=form["reason"].strip() or None)
         except NOT_INPUT_ERRORS:
             raise
+        except TooManyPendingSignals as exc:  # the run's state, not the form, stands in the way: a conflict
+            return self.run_page(workflow_id, error=too_many_signals(exc), status=409, form=form)
         except PgbusError as exc:
             return self.run_page(workflow_id, error=refused(exc), status=400, form=form)
         notices.keep("signal", run=str(run.workflow_id), duplicate=bool(result.duplicate_delivery))
@@ -320,8 +338,9 @@ class Pages:
 
     def batch(self, batch_id: str) -> str:
         number = inputs.whole_number(batch_id, "batch_id")
+        after = inputs.whole_number(request.args.get("after"), "after", minimum=0, maximum=inputs.INT_MAX)
         self.sync_clock()
-        found = queries.batch_progress(self.engine, number) if number is not None else None
+        found = queries.batch_page(self.engine, number, after, bounded_values=True) if number is not None else None
         if found is None:
             abort(404, markup(ugettext("No batch has the id %(value)s."), value=inputs.shown(batch_id)))
         batch, children = found
@@ -329,7 +348,45 @@ class Pages:
         return render("pgbus/batch.html", live=True, batch=batch, children=children, subject=self.subject(batch),
                       name=batch_name(batch["workflow_class"], batch["step_name"]),
                       done_pct=100.0 * batch["done"] / total, failed_pct=100.0 * batch["failed"] / total,
-                      children_json=[pretty(c["result"]) if c["result"] is not None else None for c in children])
+                      args={c["position"]: shown_json(c["args"], c["args_head"]) for c in children.rows},
+                      results={c["position"]: shown_json(c["result"], c["result_head"]) for c in children.rows
+                               if c["result"] is not None or c["result_head"] is not None})
+
+
+#: The lists of a run page and the query argument of each one's keyset cursor.
+CURSORS = ("steps_before", "events_before", "signals_before", "children_before", "batches_before")
+
+
+def read_cursors() -> dict[str, int | None]:
+    """The run page's cursors from the query string (checked; None for a list on its newest page)."""
+    return {name: inputs.whole_number(request.args.get(name), name) for name in CURSORS}
+
+
+#: A JSON value longer than this many characters (indented) is shown cut, with the rest a click away.
+PREVIEW_CHARS = 200
+#: The longest JSON text a page carries whole (in a disclosure); a longer one is a link to its JSON read.
+INLINE_CHARS = 2_000
+
+
+@dataclass(frozen=True)
+class ShownJson:
+    """A stored JSON value as a page shows it: ``text``, all of it or its start (``cut``); when cut,
+    ``whole`` is all of it if a page may carry that much, else None (a link reads it)."""
+
+    text: str
+    cut: bool = False
+    whole: str | None = None
+
+
+def shown_json(value: Any, head: str | None = None) -> ShownJson:
+    """``value`` (or, for a value too large to read on a page, ``head``: the start of its stored JSON
+    text, see :func:`pgbus_flask.handle.bounded`) cut to :data:`PREVIEW_CHARS` characters."""
+    if head is not None:
+        return ShownJson(escape_surrogates(head[:PREVIEW_CHARS]), cut=True)
+    text = pretty(value)
+    if len(text) <= PREVIEW_CHARS:
+        return ShownJson(text)
+    return ShownJson(text[:PREVIEW_CHARS], cut=True, whole=text if len(text) <= INLINE_CHARS else None)
 
 
 def signal_matters(run: Run) -> bool:
