@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             pf, _ = pgbus_live(fork, f"pgbus ForkWorker, inline on ({fork.runs})", worker_class=fork_class)
             pfo, _ = pgbus_live(fork, f"pgbus ForkWorker, inline off ({fork.runs})", worker_class=fork_class,
                                 inline=False)
-            # Flask imported in the worker before it forks: guards finding 1 of docs/benchmarks.md.
+            # Flask imported in the worker before it forks: guards finding 1 of bench/RESULTS.md.
             pff, _ = pgbus_live(fork, f"pgbus ForkWorker, on, +flask ({fork.runs})", worker_class=fork_class,
                                 imports="tests.workflows,flask")
             cf = chain_live(fork, "rq.worker.Worker", f"RQ chain, Worker (fork) ({fork.runs})")
