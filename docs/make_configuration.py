@@ -33,11 +33,13 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("Steps and workers",
      "How step jobs are queued and how much one job may run. Every worker should import the same workflow modules"
      " (`PGBUS_IMPORT`, or the app that imports them): a worker runs only the steps and fan-out functions of"
-     " workflows it knows.",
+     " workflows it knows. How inline continuation works:"
+     " [architecture.md](architecture.md#inline-continuation).",
      ("PGBUS_QUEUE", "PGBUS_IMPORT", "PGBUS_WORKER_CLASS", "PGBUS_STEP_TIMEOUT", "PGBUS_INLINE_STEPS",
       "PGBUS_INLINE_SECONDS", "PGBUS_MAX_PENDING_SIGNALS", "PGBUS_APP_REVISION")),
     ("The sweep and attention",
-     "Each worker runs the sweep every `PGBUS_SWEEP_INTERVAL`, one at a time across machines. The"
+     "Each worker runs the sweep every `PGBUS_SWEEP_INTERVAL`, one at a time across machines (what it"
+     " does: [architecture.md](architecture.md#the-sweep)). The"
      " thresholds decide when a run is called stuck: the dashboard, `flask pgbus attention` and the"
      " metrics show those runs.",
      ("PGBUS_SWEEP_INTERVAL", "PGBUS_STALL_THRESHOLD", "PGBUS_WAITING_THRESHOLD", "PGBUS_RETENTION")),
