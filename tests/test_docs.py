@@ -128,3 +128,10 @@ def test_the_link_check_sees_a_broken_link_and_a_missing_heading(tmp_path: Path)
                     " [web](https://example.com/x) `[code](nowhere.md)`\n\n```\n[fenced](nowhere.md)\n```\n",
                     encoding="utf-8")
     assert broken_links(page) == ["missing.md (no such file)", "other.md#nope (no such heading)"]
+
+
+def test_no_file_cites_a_design_document_the_repository_does_not_hold() -> None:
+    """The project's design notes are docs/architecture.md and docs/decisions.md; bench.house counts the rest."""
+    from bench.house import design_citations
+
+    assert design_citations() == []

@@ -1,4 +1,4 @@
-"""Inline continuation (DESIGN section 5): a step job that completes a step runs the next one
+"""Inline continuation (docs/architecture.md): a step job that completes a step runs the next one
 itself when nothing stops it, and enqueues it as before when something does.
 
 Jobs run through RQ's SimpleWorker in this process, as ``pgbus-worker`` runs them; the

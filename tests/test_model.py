@@ -22,11 +22,11 @@ After every rule it checks, over every run in the database:
   rolls back;
 * a run has at most one open step, and it is its latest;
 * a run's status agrees with its latest step (``STATUS_AGREES`` below, from
-  DESIGN.md section 5), ``paused_at`` is set while paused and ``finished_at``
+  docs/architecture.md, "The rows"), ``paused_at`` is set while paused and ``finished_at``
   exactly while terminal, and a finished run ended on its class's last step;
 * per step name at most one completed attempt in each cycle of a run (a cycle
   starts with the run and again at each ``rerun`` and ``resume_at``, the two
-  verbs DESIGN.md lets run a step again), and a finished run's last cycle
+  verbs that may run a completed step again), and a finished run's last cycle
   completed or skipped each of its steps exactly once;
 * every status change has its audit event: replaying the audit trail alone gives
   the run's status, and every step row has the events of what happened to it;
@@ -127,7 +127,7 @@ def chosen_settings() -> settings:
     return base
 
 
-#: The latest step's statuses each run status allows (DESIGN.md section 5: ready = its current step
+#: The latest step's statuses each run status allows (docs/architecture.md, "The rows": ready = its current step
 #: is scheduled, running = an attempt in progress, waiting = parked on a signal or a batch; a paused
 #: run keeps whatever its step was doing or how it ended; a terminal run has no open step).
 STATUS_AGREES: dict[str, tuple[str, ...]] = {
@@ -219,7 +219,7 @@ def snapshot(engine: Engine) -> Any:
 
 
 def replay_status(events: list[Row]) -> str | None:
-    """A run's status from its audit trail alone (DESIGN.md section 5: every transition writes its event)."""
+    """A run's status from its audit trail alone (docs/architecture.md: every transition writes its event)."""
     status: str | None = None
     for e in events:
         event, details = e["event"], e["details"] or {}
@@ -265,7 +265,7 @@ def paused_reason(latest: Row) -> str:
 
 
 def expected_stuck(world: World, engine: Engine) -> set[tuple[Any, str, str]]:
-    """(workflow id, reason, step) of each run DESIGN.md's stuck reasons name."""
+    """(workflow id, reason, step) of each run the stuck reasons of docs/operate.md name."""
     found: set[tuple[Any, str, str]] = set()
     stall = engine.settings.stall_threshold
     waiting = engine.settings.waiting_threshold
@@ -574,7 +574,7 @@ class EngineModel(RuleBasedStateMachine):
 
     def check_effect(self, before: Run, verb: str, params: dict[str, Any], result: Any, duplicate: bool,
                      pre: Any) -> None:
-        """What DESIGN.md's verb table says each verb does."""
+        """What the verb table of docs/operate.md says each verb does."""
         run = Run(self.engine, before.workflow_id)
         latest = run.latest_step
         assert latest is not None

@@ -1,6 +1,6 @@
 """Engine bugs the model-based test (tests/test_model.py) found, each as a plain reproduction.
 
-Each test states what DESIGN.md section 5 asks for; each failed before its fix, and keeps
+Each test states what a rule of docs/architecture.md asks for; each failed before its fix, and keeps
 the bug from coming back without depending on hypothesis finding it again.
 """
 

@@ -1,4 +1,4 @@
-"""Transactional steps (DESIGN section 5): ``@step(transactional=True)`` runs the step's code in
+"""Transactional steps (docs/architecture.md): ``@step(transactional=True)`` runs the step's code in
 the transaction that records its outcome, so its writes to the app's own tables happen once.
 
 The app's table here is ``app_payments`` (a row per charge, unique per order): a second row
@@ -264,7 +264,7 @@ def test_a_child_that_cannot_start_rolls_the_steps_writes_back(engine: Engine, p
     run.refresh()
     failed = run.steps()[-1]
     assert failed["status"] == "failed" and "SubjectConflict" in (failed["error_class"] or "")
-    # DESIGN 5 (Transactional steps): writes roll back with an error.
+    # docs/architecture.md, "Transactional steps": writes roll back with an error.
     assert paid(engine) == [], "the failed transactional step's app write was committed"
 
 
@@ -279,5 +279,5 @@ def test_a_retry_after_a_child_start_failure_writes_once(engine: Engine, payment
     run_jobs(engine)
     run.refresh()
     assert run.status == "waiting"
-    # DESIGN 5: "Effects on that database happen once" (the retry's row only).
+    # docs/architecture.md, "Transactional steps": the writes happen once (the retry's row only).
     assert paid(engine) == [(7, 2)], f"app rows: {paid(engine)}"

@@ -1,5 +1,5 @@
 -- 0004: what a person must see, kept on the run row, and the counts of runs, kept in a table, so that
--- no dashboard read scans every run (DESIGN.md section 10; pgbus_flask/attention.py keeps both).
+-- no dashboard read scans every run (docs/architecture.md; pgbus_flask/attention.py keeps both).
 --
 -- A run's attention columns say which stuck reason it has, or will have once its time passes: a
 -- paused run's reason (stalled, paused_error or paused_manual, from its latest step) since it paused;
