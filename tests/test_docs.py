@@ -135,3 +135,11 @@ def test_no_file_cites_a_design_document_the_repository_does_not_hold() -> None:
     from bench.house import design_citations
 
     assert design_citations() == []
+
+
+def test_the_readme_python_examples_compile() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    assert blocks, "README.md shows a Python example"
+    for number, block in enumerate(blocks):
+        compile(block, f"README.md, Python block {number + 1}", "exec")
