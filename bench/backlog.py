@@ -1,9 +1,9 @@
 """A backlog older than the stall threshold: does the sweep feed it?
 
-    /work/venv/bin/python -m bench.backlog                  # 2,000 runs x 5 steps, 3 workers, threshold 2 s
-    /work/venv/bin/python -m bench.backlog --threshold 300  # the same with nothing ever overdue
-    /work/venv/bin/python -m bench.backlog --runs 500 --repeat 3
-    /work/venv/bin/python -m bench.backlog --inline-steps 0   # one step a job (no inline continuation)
+    python -m bench.backlog                  # 2,000 runs x 5 steps, 3 workers, threshold 2 s
+    python -m bench.backlog --threshold 300  # the same with nothing ever overdue
+    python -m bench.backlog --runs 500 --repeat 3
+    python -m bench.backlog --inline-steps 0   # one step a job (no inline continuation)
 
 What it does, each repeat on a fresh database and a flushed Redis database:
 

@@ -1,7 +1,7 @@
 """Per-test isolation cost: TRUNCATE of the pgbus tables vs a fresh database copied from a template.
 
-    /work/venv/bin/python -m bench.isolation              # median of 20 each
-    /work/venv/bin/python -m bench.isolation --repeat 5
+    python -m bench.isolation              # median of 20 each
+    python -m bench.isolation --repeat 5
 
 * TRUNCATE: ``pgbus_flask.testing.truncate`` on a migrated database, after a
   "test" that wrote 10 runs of 5 steps with their events (the writes are not

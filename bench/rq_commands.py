@@ -1,8 +1,8 @@
 """Redis commands RQ spends per pgbus job: a step job and a fan-out child job.
 
-    /work/venv/bin/python -m bench.rq_commands              # 200 runs x 5 steps, 20 runs x 12 children
-    /work/venv/bin/python -m bench.rq_commands --runs 50 --show 12
-    /work/venv/bin/python -m bench.rq_commands --inline-steps 20   # inline continuation on: per step too
+    python -m bench.rq_commands              # 200 runs x 5 steps, 20 runs x 12 children
+    python -m bench.rq_commands --runs 50 --show 12
+    python -m bench.rq_commands --inline-steps 20   # inline continuation on: per step too
 
 The counts come from a ``redis-server`` of the script's own (on a free port, no
 persistence), so ``INFO commandstats`` sees nothing but this script: its deltas

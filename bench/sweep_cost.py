@@ -1,7 +1,7 @@
 """The sweep's cost on ongoing runs with nothing to do, at 10,000 and 100,000 runs.
 
-    /work/venv/bin/python -m bench.sweep_cost                        # 10,000 and 100,000 runs
-    /work/venv/bin/python -m bench.sweep_cost --sizes 2000,20000     # quicker
+    python -m bench.sweep_cost                        # 10,000 and 100,000 runs
+    python -m bench.sweep_cost --sizes 2000,20000     # quicker
 
 For each size the script seeds, with ``INSERT ... SELECT generate_series``, N
 ongoing runs none of which the sweep must touch:
