@@ -323,7 +323,7 @@ class _RolledBack(Exception):
 
 
 def _run_transactional(engine: Engine, claim: Claim, job_id: str | None, budget: Budget | None) -> Claim | None:
-    """A ``@step(transactional=True)`` attempt (DESIGN 5, Transactional steps): its code runs in a
+    """A ``@step(transactional=True)`` attempt (docs/architecture.md, "Transactional steps"): its code runs in a
     transaction on a pooled connection (``self.conn``), and the outcome is recorded in that same
     transaction, taking the run's row lock only then. Whatever stops it from completing (an
     error, a pause or reattempt request, an outcome that comes after the attempt was declared

@@ -1,6 +1,6 @@
 """Inline continuation: a step job that completes a step may claim and run the next one itself.
 
-DESIGN section 5, "Inline continuation". When a step completes, its run is
+docs/architecture.md, "Inline continuation". When a step completes, its run is
 still ``running`` (no pause or cancel committed meanwhile), the next step is
 due now, routes to the queue this job came from, waits for no signal, and the
 job's :class:`Budget` allows it, the outcome transaction also claims the next

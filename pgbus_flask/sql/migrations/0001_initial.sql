@@ -1,4 +1,4 @@
--- 0001: the first schema (tables, indexes) of DESIGN section 4.
+-- 0001: the first schema (tables, indexes): docs/architecture.md, "The rows".
 
 -- One row per run.
 CREATE TABLE pgbus_workflows (
