@@ -34,8 +34,8 @@ LAYERS: list[set[str]] = [
 ]
 
 #: The runner's modules, lowest first: each may import only those before it.
-RUNNER_ORDER = ["rows", "scheduling", "policy", "fanout", "start", "children", "inline", "attempt", "allowed",
-                "signals", "verbs"]
+RUNNER_ORDER = ["rows", "scheduling", "policy", "deadlines", "fanout", "start", "children", "inline", "attempt",
+                "allowed", "signals", "verbs"]
 
 #: Deliberate upward imports made at call time, each with why.
 ALLOWED_LATE = {
