@@ -49,7 +49,8 @@ PACKAGE_ORDER: dict[str, list[str]] = {
     "runner": ["rows", "scheduling", "policy", "deadlines", "fanout", "start", "children", "inline", "attempt",
                "allowed", "signals", "verbs", "__init__"],
     "web": ["i18n", "presenter", "inputs", "messages", "live", "notices", "security", "helpers", "timeline",
-            "schedules", "embed", "metrics", "views", "api", "insights", "schedule_pages", "__init__"],
+            "schedules", "embed", "metrics", "views", "api", "insights", "schedule_pages", "hooks", "errors",
+            "__init__"],
     "mcp_server": ["base", "reads", "writes", "server", "__init__"],
     "worker": ["__init__", "runner", "cli"],
 }
