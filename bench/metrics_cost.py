@@ -44,7 +44,7 @@ from bench.chain import flush_redis
 from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, ROOT, create_database, drop_database
 from bench.report import STEPS, log
 from pgbus_flask import metrics
-from pgbus_flask.runner.attempt import _counted, _waited
+from pgbus_flask.runner.attempt import count_attempt, queue_wait_of
 from pgbus_flask.worker.runner import PgbusForkWorker, PgbusWorker, receive_metrics, scratch_file, send_metrics
 
 DB_NAME = f"pgbus_bench_metrics_{os.getpid()}"
@@ -84,9 +84,9 @@ def one_job_as_the_runner_does() -> None:
     outcome counted by an after-commit callback of its transaction (here a bare one, committed at once)."""
     tx = _Committed()
     if metrics.enabled():
-        metrics.queue_wait("FiveNoop", "s1", _waited(_CLAIMED))
+        metrics.queue_wait("FiveNoop", "s1", queue_wait_of(_CLAIMED))
     for name in STEP_NAMES:
-        _counted(tx, "FiveNoop", name, "completed", 0.00003)  # type: ignore[arg-type]
+        count_attempt(tx, "FiveNoop", name, "completed", 0.00003)  # type: ignore[arg-type]
     for callback in tx.callbacks:
         callback()
 

@@ -29,7 +29,7 @@ class Key:
     name: str
     default: Any
     meaning: str
-    kind: str  # how the value is parsed and checked: see _parse
+    kind: str  # how the value is parsed and checked: see PARSERS
 
 
 KEYS: tuple[Key, ...] = (
@@ -280,135 +280,179 @@ def _seconds(name: str, value: Any) -> timedelta:
     return result
 
 
-def _parse(key: Key, value: Any) -> Any:
-    name, kind = key.name, key.kind
-    if kind in ("opt_duration", "opt_str", "opt_callable") and (value is None or value == ""):
+def _pg_url(name: str, value: Any) -> str:
+    text = str(value)
+    shown = redact_url(text)
+    # Without "//" libpq reads a keyword string, and its error quotes all of it.
+    if not re.match(r"(?i)postgres(ql)?://", text):
+        raise ConfigError(name, f"must be a postgresql:// URL, got {shown!r}")
+    try:
+        urlsplit(text)
+    except ValueError as exc:
+        raise ConfigError(name, f"is not a valid URL ({exc}): {shown!r}") from None
+    return text
+
+
+def _redis_url(name: str, value: Any) -> str:
+    text = str(value)
+    shown = redact_url(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError as exc:
+        raise ConfigError(name, f"is not a valid URL ({exc}): {shown!r}") from None
+    if parts.scheme not in ("redis", "rediss", "unix") or not text.lower().startswith(parts.scheme + "://"):
+        raise ConfigError(name, f"must be a redis://, rediss:// or unix:// URL, got {shown!r}")
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ConfigError(name, f"has no host: {shown!r}")
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise ConfigError(name, f"has a bad port: {shown!r}") from None
+    return text
+
+
+def _name(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(name, f"must be a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def _integer(name: str, value: Any, least: int, wording: str) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(name, f"must be an integer, got {value!r}") from None
+    if number < least:
+        raise ConfigError(name, f"must be {wording}, got {value!r}")
+    return number
+
+
+def _pos_int(name: str, value: Any) -> int:
+    return _integer(name, value, 1, "at least 1")
+
+
+def _count(name: str, value: Any) -> int:
+    return _integer(name, value, 0, "0 or more")
+
+
+def _refresh(name: str, value: Any) -> timedelta | None:
+    if value is None or value is False or value == "" or _is_zero(value):
         return None
-    if kind == "pg_url":
-        if value is None or value == "":
-            return None
-        text = str(value)
-        shown = redact_url(text)
-        # Without "//" libpq reads a keyword string, and its error quotes all of it.
-        if not re.match(r"(?i)postgres(ql)?://", text):
-            raise ConfigError(name, f"must be a postgresql:// URL, got {shown!r}")
-        try:
-            urlsplit(text)
-        except ValueError as exc:
-            raise ConfigError(name, f"is not a valid URL ({exc}): {shown!r}") from None
-        return text
-    if kind == "redis_url":
-        if value is None or value == "":
-            return None
-        text = str(value)
-        shown = redact_url(text)
-        try:
-            parts = urlsplit(text)
-        except ValueError as exc:
-            raise ConfigError(name, f"is not a valid URL ({exc}): {shown!r}") from None
-        if parts.scheme not in ("redis", "rediss", "unix") or not text.lower().startswith(parts.scheme + "://"):
-            raise ConfigError(name, f"must be a redis://, rediss:// or unix:// URL, got {shown!r}")
-        if parts.scheme != "unix" and not parts.hostname:
-            raise ConfigError(name, f"has no host: {shown!r}")
-        try:
-            parts.port  # noqa: B018 - raises ValueError on a bad port
-        except ValueError:
-            raise ConfigError(name, f"has a bad port: {shown!r}") from None
-        return text
-    if kind == "name":
-        if not isinstance(value, str) or not value.strip():
-            raise ConfigError(name, f"must be a non-empty string, got {value!r}")
-        return value.strip()
-    if kind == "pos_int":
-        try:
-            number = int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(name, f"must be an integer, got {value!r}") from None
-        if number < 1:
-            raise ConfigError(name, f"must be at least 1, got {value!r}")
-        return number
-    if kind == "count":
-        try:
-            number = int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(name, f"must be an integer, got {value!r}") from None
-        if number < 0:
-            raise ConfigError(name, f"must be 0 or more, got {value!r}")
-        return number
-    if kind in ("duration", "opt_duration"):
-        return _seconds(name, value)
-    if kind == "refresh":
-        if value is None or value is False or value == "" or _is_zero(value):
-            return None
-        result = _seconds(name, value)
-        # Every open tab asks for its page this often: under a second is load, not news.
-        if result < timedelta(seconds=1):
-            raise ConfigError(name, f"must be at least 1 second, or 0 for no live refresh, got {value!r}")
-        return result
-    if kind == "prefix":
-        if value is None or value is False:
-            return None
-        text = str(value).rstrip("/")
-        if not text.startswith("/"):
-            raise ConfigError(name, f"must start with '/', got {value!r}")
-        return text
-    if kind == "opt_callable":
-        if isinstance(value, str):
-            value = _import_dotted(name, value)
-        if not callable(value):
-            raise ConfigError(name, f"must be callable, got {value!r}")
-        return value
-    if kind == "bool":
-        if isinstance(value, str):
-            return value.strip().lower() in ("1", "true", "yes", "on")
-        return bool(value)
-    if kind == "opt_str":
-        return str(value)
-    if kind == "secret":
-        if value is None or value == "":
-            return None
-        if not isinstance(value, str):
-            raise ConfigError(name, f"must be a string, got a {type(value).__name__}")
-        shortest = _SECRET_MINIMUM.get(name, MIN_TOKEN_LENGTH)
-        if len(value) < shortest or not re.fullmatch(r"[\x21-\x7e]+", value):
-            # The value itself is never shown: it is a secret.
-            raise ConfigError(name, f"must be at least {shortest} characters, printable ASCII without"
-                                    " spaces (as an HTTP header carries it)")
-        return value
-    if kind == "locales":
-        items = tuple(_split(value))
-        bad = [item for item in items if item not in SHIPPED_LOCALES]
-        if bad or not items:
-            raise ConfigError(name, f"must name shipped locales ({', '.join(SHIPPED_LOCALES)}), got {value!r}")
-        return items
-    if kind == "locale":
-        return str(value)
-    if kind == "timezone":
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    result = _seconds(name, value)
+    # Every open tab asks for its page this often: under a second is load, not news.
+    if result < timedelta(seconds=1):
+        raise ConfigError(name, f"must be at least 1 second, or 0 for no live refresh, got {value!r}")
+    return result
 
-        try:
-            ZoneInfo(str(value))
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ConfigError(name, f"is not a known timezone: {value!r}") from None
-        return str(value)
-    if kind == "modules":
-        return tuple(_split(value))
-    if kind == "hosts":
-        if value is None:
-            return ()
-        if not isinstance(value, (str, list, tuple, set, frozenset)):
-            raise ConfigError(name, f"must be a list of host names or a comma-separated string, got {value!r}")
-        return tuple(_host_pattern(name, item) for item in _split(value))
-    if kind == "folders":
-        import os
 
-        folders = tuple(os.path.abspath(os.fspath(item)) for item in
-                        (_split(value) if isinstance(value, str) else value))
-        missing = [folder for folder in folders if not os.path.isdir(folder)]
-        if missing:
-            raise ConfigError(name, f"names a folder that does not exist: {missing[0]!r}")
-        return folders
-    raise AssertionError(kind)
+def _prefix(name: str, value: Any) -> str | None:
+    if value is None or value is False:
+        return None
+    text = str(value).rstrip("/")
+    if not text.startswith("/"):
+        raise ConfigError(name, f"must start with '/', got {value!r}")
+    return text
+
+
+def _callable(name: str, value: Any) -> Callable[..., Any]:
+    if isinstance(value, str):
+        value = _import_dotted(name, value)
+    if not callable(value):
+        raise ConfigError(name, f"must be callable, got {value!r}")
+    return value  # type: ignore[no-any-return]
+
+
+def _bool(name: str, value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def _secret(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(name, f"must be a string, got a {type(value).__name__}")
+    shortest = _SECRET_MINIMUM.get(name, MIN_TOKEN_LENGTH)
+    if len(value) < shortest or not re.fullmatch(r"[\x21-\x7e]+", value):
+        # The value itself is never shown: it is a secret.
+        raise ConfigError(name, f"must be at least {shortest} characters, printable ASCII without"
+                                " spaces (as an HTTP header carries it)")
+    return value
+
+
+def _locales(name: str, value: Any) -> tuple[str, ...]:
+    items = tuple(_split(value))
+    bad = [item for item in items if item not in SHIPPED_LOCALES]
+    if bad or not items:
+        raise ConfigError(name, f"must name shipped locales ({', '.join(SHIPPED_LOCALES)}), got {value!r}")
+    return items
+
+
+def _timezone(name: str, value: Any) -> str:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(str(value))
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(name, f"is not a known timezone: {value!r}") from None
+    return str(value)
+
+
+def _hosts(name: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, (str, list, tuple, set, frozenset)):
+        raise ConfigError(name, f"must be a list of host names or a comma-separated string, got {value!r}")
+    return tuple(_host_pattern(name, item) for item in _split(value))
+
+
+def _folders(name: str, value: Any) -> tuple[str, ...]:
+    folders = tuple(os.path.abspath(os.fspath(item)) for item in
+                    (_split(value) if isinstance(value, str) else value))
+    missing = [folder for folder in folders if not os.path.isdir(folder)]
+    if missing:
+        raise ConfigError(name, f"names a folder that does not exist: {missing[0]!r}")
+    return folders
+
+
+def _text(name: str, value: Any) -> str:
+    return str(value)
+
+
+def _modules(name: str, value: Any) -> tuple[str, ...]:
+    return tuple(_split(value))
+
+
+#: How each kind of key (``Key.kind``) is parsed and checked: ``parser(key name, value)``
+#: returns the value to keep, or raises ConfigError naming the key.
+PARSERS: dict[str, Callable[[str, Any], Any]] = {
+    "pg_url": _pg_url,
+    "redis_url": _redis_url,
+    "name": _name,
+    "pos_int": _pos_int,
+    "count": _count,
+    "duration": _seconds,
+    "opt_duration": _seconds,
+    "refresh": _refresh,
+    "prefix": _prefix,
+    "opt_callable": _callable,
+    "bool": _bool,
+    "opt_str": _text,
+    "secret": _secret,
+    "locales": _locales,
+    "locale": _text,
+    "timezone": _timezone,
+    "modules": _modules,
+    "hosts": _hosts,
+    "folders": _folders,
+}
+#: The kinds for which no value (None or an empty string) means None, before their parser runs.
+EMPTY_IS_NONE = frozenset({"pg_url", "redis_url", "opt_duration", "opt_str", "opt_callable", "secret"})
+
+
+def _parse(key: Key, value: Any) -> Any:
+    if key.kind in EMPTY_IS_NONE and (value is None or value == ""):
+        return None
+    return PARSERS[key.kind](key.name, value)
 
 
 def _is_zero(value: Any) -> bool:

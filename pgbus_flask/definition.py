@@ -12,7 +12,8 @@ from __future__ import annotations
 import importlib
 import math
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, overload
@@ -348,3 +349,34 @@ def fan_out_function(path: str, imports: Iterable[str] = ()) -> Callable[..., An
 def registry() -> dict[str, type[Workflow]]:
     """Every registered workflow class by name (a copy)."""
     return dict(REGISTRY)
+
+
+@contextmanager
+def scoped_registry() -> Iterator[None]:
+    """Workflow classes declared inside the ``with`` block stay registered only until it ends.
+
+    For tests: a class a test declares (a scheduled one, say) would otherwise be started by
+    every later test's sweep. On leaving, the registry is as it was on entering (a class the
+    block replaced comes back), except for classes defined at the top level of a module the
+    block imported: that module stays imported, and would not declare them again::
+
+        with scoped_registry():
+            class Nightly(Workflow):
+                schedule = "0 3 * * *"
+                ...
+    """
+    before = dict(REGISTRY)
+    try:
+        yield
+    finally:
+        for name, klass in list(REGISTRY.items()):
+            if before.get(name) is klass or _defined_in_a_module(klass):
+                continue
+            if name in before:
+                REGISTRY[name] = before[name]
+            else:
+                del REGISTRY[name]
+
+
+def _defined_in_a_module(klass: type) -> bool:
+    return getattr(sys.modules.get(klass.__module__), klass.__qualname__, None) is klass

@@ -116,8 +116,8 @@ class Run:
     def refresh(self) -> Run:
         """Read the run's row and latest step again."""
         with self.engine.db.reading() as conn:
-            row = runner._q(conn, "SELECT *, now() AS db_now FROM pgbus_workflows WHERE workflow_id = %s",
-                            (self.workflow_id,)).fetchone()
+            row = runner.query(conn, "SELECT *, now() AS db_now FROM pgbus_workflows WHERE workflow_id = %s",
+                               (self.workflow_id,)).fetchone()
             if row is None:
                 raise WorkflowNotFound(self.workflow_id)
             self.row: Row = row
@@ -187,7 +187,7 @@ class Run:
 
     def _rows(self, sql: str) -> list[Row]:
         with self.engine.db.reading() as conn:
-            return list(runner._q(conn, sql, (self.workflow_id,)).fetchall())
+            return list(runner.query(conn, sql, (self.workflow_id,)).fetchall())
 
     def steps(self) -> list[Row]:
         """Every attempt, oldest first."""
@@ -209,8 +209,8 @@ class Run:
         if before is not None:
             params.append(before)
         with self.engine.db.reading() as conn:
-            rows = list(runner._q(conn, f"SELECT {columns} {where}" + (" AND id < %s" if before is not None else "")
-                                  + " ORDER BY id DESC LIMIT %s", (*params, limit + 1)).fetchall())
+            rows = list(runner.query(conn, f"SELECT {columns} {where}" + (" AND id < %s" if before is not None else "")
+                                     + " ORDER BY id DESC LIMIT %s", (*params, limit + 1)).fetchall())
             total = None
             if count and before is None and len(rows) <= limit:
                 total = len(rows)
@@ -236,7 +236,7 @@ class Run:
     def pause_events(self) -> list[Row]:
         """The events that start or end a paused stretch (what the timeline draws), oldest first."""
         with self.engine.db.reading() as conn:
-            return list(runner._q(conn, _PAUSE_EVENTS_SQL, (self.workflow_id,)).fetchall())
+            return list(runner.query(conn, _PAUSE_EVENTS_SQL, (self.workflow_id,)).fetchall())
 
     def attempt_buckets(self, start: datetime, end: datetime, buckets: int) -> list[AttemptBucket]:
         """The attempts counted by step, stretch of time (``buckets`` equal stretches from ``start`` to
@@ -280,8 +280,8 @@ class Run:
     def signal_row(self, signal_id: int) -> Row | None:
         """One signal of this run, whole (None when the run has no signal with this id)."""
         with self.engine.db.reading() as conn:
-            return runner._q(conn, "SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s AND id = %s",
-                             (self.workflow_id, signal_id)).fetchone()
+            return runner.query(conn, "SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s AND id = %s",
+                                (self.workflow_id, signal_id)).fetchone()
 
     def batches(self) -> list[Row]:
         """Every fan-out batch, oldest first (a page of them: :meth:`batches_page`)."""
@@ -296,8 +296,8 @@ class Run:
         if batch_id is None:
             return None
         with self.engine.db.reading() as conn:
-            return runner._q(conn, "SELECT * FROM pgbus_batches WHERE workflow_id = %s AND id = %s",
-                             (self.workflow_id, batch_id)).fetchone()
+            return runner.query(conn, "SELECT * FROM pgbus_batches WHERE workflow_id = %s AND id = %s",
+                                (self.workflow_id, batch_id)).fetchone()
 
     def children_page(self, before: int | None = None, limit: int = PAGE_SIZE) -> Page:
         """The newest ``limit`` child runs (with a run row id below ``before``), oldest first, with the
@@ -323,7 +323,7 @@ class Run:
         if not ids:
             return []
         with self.engine.db.reading() as conn:
-            rows = {r["workflow_id"]: r for r in runner._q(
+            rows = {r["workflow_id"]: r for r in runner.query(
                 conn, "SELECT workflow_id, workflow_class, status, current_step, parent_step_name, created_at,"
                       " finished_at, attention_reason FROM pgbus_workflows WHERE workflow_id = ANY(%s)", (ids,))}
         return [rows[i] for i in ids if i in rows]

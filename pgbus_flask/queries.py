@@ -478,7 +478,7 @@ def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
     with engine.db.connection() as conn, conn.transaction() if f.reason else contextlib.nullcontext():
         if f.reason:
             conn.execute("SET LOCAL jit = off")  # as in _read
-        rows = list(runner._q(conn, query, params).fetchall())  # type: ignore[arg-type]
+        rows = list(runner.query(conn, query, params).fetchall())  # type: ignore[arg-type]
     cursor = rows[limit - 1]["id"] if len(rows) > limit else older_than_window
     return rows[:limit], cursor
 
@@ -494,11 +494,11 @@ def batch_progress(engine: Engine, batch_id: int) -> tuple[Row, list[Row]] | Non
     """A batch (done, failed, total, status ...) with its run's ``workflow_class``, ``subject_type`` and
     ``subject_id``, and all its children (``position`` from 0), or None. A page of them: :func:`batch_page`."""
     with engine.db.connection() as conn:
-        batch = runner._q(conn, _BATCH, (batch_id,)).fetchone()
+        batch = runner.query(conn, _BATCH, (batch_id,)).fetchone()
         if batch is None:
             return None
-        children = list(runner._q(conn, "SELECT * FROM pgbus_batch_children WHERE batch_id = %s ORDER BY position",
-                                  (batch_id,)).fetchall())
+        children = list(runner.query(conn, "SELECT * FROM pgbus_batch_children WHERE batch_id = %s ORDER BY position",
+                                     (batch_id,)).fetchall())
     return batch, children
 
 
@@ -519,10 +519,10 @@ def batch_page(engine: Engine, batch_id: int, after: int | None = None, limit: i
     With ``bounded_values`` a large ``args`` or ``result`` is left out (:func:`pgbus_flask.handle.bounded`)."""
     columns = (f"{_BATCH_CHILD_COLUMNS}, {bounded('args')}, {bounded('result')}" if bounded_values else "*")
     with engine.db.connection() as conn:
-        batch = runner._q(conn, _BATCH, (batch_id,)).fetchone()
+        batch = runner.query(conn, _BATCH, (batch_id,)).fetchone()
         if batch is None:
             return None
-        rows = list(runner._q(conn, f"SELECT {columns} FROM pgbus_batch_children WHERE batch_id = %s"
+        rows = list(runner.query(conn, f"SELECT {columns} FROM pgbus_batch_children WHERE batch_id = %s"
                                     " AND position > %s ORDER BY position LIMIT %s",
                               (batch_id, -1 if after is None else after, limit + 1)).fetchall())
     next_after = rows[limit - 1]["position"] if len(rows) > limit else None
@@ -532,5 +532,5 @@ def batch_page(engine: Engine, batch_id: int, after: int | None = None, limit: i
 def batch_child(engine: Engine, batch_id: int, position: int) -> Row | None:
     """One child of a batch, whole (None when the batch has no child at ``position``, counted from 0)."""
     with engine.db.connection() as conn:
-        return runner._q(conn, "SELECT * FROM pgbus_batch_children WHERE batch_id = %s AND position = %s",
-                         (batch_id, position)).fetchone()
+        return runner.query(conn, "SELECT * FROM pgbus_batch_children WHERE batch_id = %s AND position = %s",
+                            (batch_id, position)).fetchone()

@@ -150,7 +150,7 @@ def _from_spec(name: str, spec: ScheduleSpec, now: datetime) -> Schedule:
 def list_schedules(engine: Engine) -> list[Schedule]:
     """Every stored schedule by class name, with the classes registered here that no sweep stored yet."""
     with engine.db.reading() as conn:
-        rows = runner._q(conn, _LIST).fetchall()
+        rows = runner.query(conn, _LIST).fetchall()
     now = rows[0]["db_now"]
     found = {row["workflow_class"]: _from_row(row) for row in rows if row["workflow_class"] is not None}
     for name, spec in declared_here().items():
@@ -172,7 +172,7 @@ def schedule_events(engine: Engine, name: str, limit: int = EVENTS_LIMIT) -> lis
     """A schedule's audit trail, newest first."""
     _check_name(name)
     with engine.db.reading() as conn:
-        rows = runner._q(conn, "SELECT * FROM pgbus_schedule_events WHERE workflow_class = %s"
+        rows = runner.query(conn, "SELECT * FROM pgbus_schedule_events WHERE workflow_class = %s"
                                " ORDER BY id DESC LIMIT %s", (name, limit)).fetchall()
     return [dict(row) for row in rows]
 
@@ -290,7 +290,7 @@ def sync(engine: Engine) -> int:
     rows written (0 in the steady state: one read, no write)."""
     declared = declared_here()
     with engine.db.connection() as conn:
-        rows = runner._q(conn, "SELECT s.*, now() AS db_now FROM (SELECT now()) AS n"
+        rows = runner.query(conn, "SELECT s.*, now() AS db_now FROM (SELECT now()) AS n"
                                " LEFT JOIN pgbus_schedules s ON true").fetchall()
     stored = {row["workflow_class"]: row for row in rows if row["workflow_class"] is not None}
     todo = sorted({name for name, spec in declared.items() if _differs(stored.get(name), spec)}

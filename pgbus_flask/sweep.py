@@ -13,16 +13,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import partial
 from typing import Any
 
-from . import attention, insights, messages, metrics, runner, schedules
-from .db import Transaction
+from . import attention, insights, metrics, runner, schedules
 from .engine import Engine
-from .errors import ChildLost, StepStalled, WaitTimedOut, WorkflowNotFound
+from .errors import ChildLost
 from .rq_state import DIED, LIVE, job_statuses
 
 log = logging.getLogger("pgbus_flask")
@@ -140,24 +137,9 @@ def _schedules(engine: Engine, report: SweepReport) -> None:
 
 
 def _stalled(engine: Engine, report: SweepReport) -> None:
-    rows = _ids(engine, FIND_SQL["stalled"], (BATCH,))
-    for step_id, workflow_id in rows:
-        with engine.db.transaction() as tx:
-            try:
-                run = runner.lock_run(tx, workflow_id)
-            except WorkflowNotFound:
-                continue
-            step = runner._q(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE id = %s AND status = 'in_progress'"
-                                      " AND stall_at < now()", (step_id,)).fetchone()
-            if step is None:
-                continue
-            exc = StepStalled(step["attempt"], step["step_name"], step["worker"], step["stall_at"])
-            runner.record_event(tx, workflow_id, "stall_detected", "system", step=step,
-                                details={"worker": step["worker"], "stall_at": step["stall_at"]})
-            klass = runner.load_class(engine, run["workflow_class"])
-            runner.fail_attempt(engine, tx, run, klass, step, runner.error_columns(exc, trace=False),
-                                actor="system")
-            tx.after_commit(partial(metrics.step_attempt, run["workflow_class"], step["step_name"], "stalled"))
+    """Attempts in progress past their stall deadline: failed (:func:`runner.fail_stalled`)."""
+    for step_id, workflow_id in _ids(engine, FIND_SQL["stalled"], (BATCH,)):
+        if runner.fail_stalled(engine, step_id, workflow_id):
             report.stalled += 1
 
 
@@ -182,50 +164,11 @@ def _overdue(engine: Engine, report: SweepReport) -> None:
 
 
 def _expired_waits(engine: Engine, report: SweepReport) -> None:
-    rows = _ids(engine, FIND_SQL["expired_waits"], (BATCH,))
-    for step_id, workflow_id in rows:
-        with engine.db.transaction() as tx:
-            try:
-                run = runner.lock_run(tx, workflow_id)
-            except WorkflowNotFound:
-                continue
-            if run["status"] != "waiting":
-                continue  # paused: the wait does not run out while paused
-            step = runner._q(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE id = %s AND status = 'waiting'"
-                                      " AND timeout_at < now()", (step_id,)).fetchone()
-            if step is None:
-                continue
-            if timed_out(engine, tx, run, step):
-                report.wait_timeouts += 1
-
-
-def timed_out(engine: Engine, tx: Transaction, run: runner.Row, step: runner.Row) -> bool:
-    """Apply a waiting step's ``on_timeout``: fail (WaitTimedOut), skip, or continue without a signal."""
-    klass = runner.load_class(engine, run["workflow_class"])
-    spec = runner.spec_of(klass, step["step_name"])
-    on_timeout = spec.on_timeout if spec else "fail"
-    wid = run["workflow_id"]
-    runner.record_event(tx, wid, "wait_timed_out", "system", step=step,
-                        details={"on_timeout": on_timeout, "timeout_at": step["timeout_at"]})
-    if on_timeout != "continue" or klass is None:  # the attempt ends here (a continued one runs later)
-        tx.after_commit(partial(metrics.step_attempt, run["workflow_class"], step["step_name"], "timed_out"))
-    if on_timeout == "skip" and klass is not None:
-        skipped = runner.move_step(tx.conn, step["id"], ["waiting"], "skipped", finished_at=runner._now(tx),
-                                   outcome="timed_out")
-        runner.record_event(tx, wid, "step_skipped", "system", reason=messages.english("wait_timed_out_skipped", {}),
-                            step=skipped, details={"message_code": "wait_timed_out_skipped", "message_params": {}})
-        runner.advance(engine, tx, run, klass, step["step_name"], actor="system")
-    elif on_timeout == "continue" and klass is not None:
-        woken = runner.move_step(tx.conn, step["id"], ["waiting"], "scheduled", wait_timed_out=True,
-                                 scheduled_at=runner._now(tx), enqueued_at=runner._now(tx), **runner.next_send(step))
-        runner.move_run(tx.conn, wid, ["waiting"], "ready")
-        if woken is not None:
-            runner._send_after_commit(engine, tx, klass, woken)
-    else:
-        exc = WaitTimedOut(spec.wait_for if spec else None, step["timeout_at"])
-        runner.fail_attempt(engine, tx, run, klass, step, runner.error_columns(exc, trace=False),
-                            actor="system", open_from=("waiting",))
-    return True
+    """Waits for a signal past their deadline: ended as each step's ``on_timeout`` says
+    (:func:`runner.expire_wait`)."""
+    for step_id, workflow_id in _ids(engine, FIND_SQL["expired_waits"], (BATCH,)):
+        if runner.expire_wait(engine, step_id, workflow_id):
+            report.wait_timeouts += 1
 
 
 def _lost_children(engine: Engine, report: SweepReport) -> None:
@@ -244,14 +187,8 @@ def _lost_children(engine: Engine, report: SweepReport) -> None:
             if runner.record_child(engine, batch_id, position, error=lost):
                 report.children_failed += 1
         elif status not in LIVE:  # gone from Redis, or finished without recording (never, but resend)
-            new_id = f"pgbus-child-{batch_id}-{position}-{uuid.uuid4().hex[:8]}"
-            with engine.db.connection() as conn:
-                moved = conn.execute(
-                    "UPDATE pgbus_batch_children SET job_id = %s, enqueued_at = now() WHERE batch_id = %s"
-                    " AND position = %s AND status = 'pending' RETURNING position",
-                    (new_id, batch_id, position),
-                ).fetchone()
-            if moved:
+            new_id = runner.resend_child(engine, batch_id, position)
+            if new_id is not None:
                 resend.setdefault((batch_id, queue), []).append((position, new_id))
                 report.children_resent += 1
     for (batch_id, queue), children in resend.items():

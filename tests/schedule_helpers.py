@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pgbus_flask import Workflow, step
-from pgbus_flask.definition import REGISTRY
+from pgbus_flask.definition import scoped_registry
 
 Declare = Callable[..., type[Workflow]]
 
@@ -24,14 +24,10 @@ def _tick_step(self: Workflow) -> dict[str, Any]:
 @pytest.fixture
 def declare() -> Iterator[Declare]:
     """Declare a scheduled workflow class named ``name`` (one step returning its tick) for this test only."""
-    made: list[str] = []
 
     def make(name: str, schedule: Any, **attrs: Any) -> type[Workflow]:
-        klass = type(name, (Workflow,), {"__qualname__": name, "schedule": schedule, **attrs,
-                                         "record": step(_tick_step)})
-        made.append(name)
-        return klass
+        return type(name, (Workflow,), {"__qualname__": name, "schedule": schedule, **attrs,
+                                        "record": step(_tick_step)})
 
-    yield make
-    for name in made:
-        REGISTRY.pop(name, None)
+    with scoped_registry():
+        yield make

@@ -15,9 +15,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pgbus_flask import ConfigError, PgBus
-from pgbus_flask.config import KEYS, Settings, redact, redact_url
+from pgbus_flask.config import EMPTY_IS_NONE, KEYS, PARSERS, Settings, redact, redact_url
 
 URLS = {"PGBUS_DATABASE_URL": "postgresql://u@localhost/db", "PGBUS_REDIS_URL": "redis://localhost:6379/0"}
+
+
+def test_every_kind_of_key_has_a_parser_and_every_parser_a_key() -> None:
+    kinds = {key.kind for key in KEYS}
+    assert kinds == set(PARSERS)
+    assert kinds >= EMPTY_IS_NONE
 
 
 def test_every_key_has_a_default_and_a_meaning() -> None:

@@ -19,7 +19,7 @@ from pgbus_flask import Run, Workflow, queries, runner, step
 from pgbus_flask.definition import StepSpec
 from pgbus_flask.engine import Engine, whole_second_after
 from pgbus_flask.errors import DefinitionError
-from pgbus_flask.runner.attempt import _run_claimed
+from pgbus_flask.runner.attempt import run_claimed
 from pgbus_flask.sweep import sweep
 from pgbus_flask.testing import wait_until
 
@@ -192,7 +192,7 @@ def _complete_while_paused(engine: Engine, run: Run) -> None:
     claim = runner.claim_attempt(engine, run.steps()[-1]["id"], "job-test")
     assert isinstance(claim, runner.Claim)
     run.pause(actor=ACTOR, reason="looking at it")
-    assert _run_claimed(engine, claim, None, None) is None
+    assert run_claimed(engine, claim, None, None) is None
     assert run.refresh().status == "paused"
 
 

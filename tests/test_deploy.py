@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pgbus_flask.config import KEYS_BY_NAME
 from pgbus_flask.migrate import migrations
-from pgbus_flask.worker.cli import build_parser
+from pgbus_flask.worker.cli import command as worker_command
 
 from .conftest import ROOT
 
@@ -104,7 +104,7 @@ def test_the_deploy_notes_name_real_settings_and_worker_options() -> None:
     text = deploy_md()
     named = set(re.findall(r"\bPGBUS_[A-Z_]+\b", text))
     assert named and named <= set(KEYS_BY_NAME), named - set(KEYS_BY_NAME)
-    options = {option for action in build_parser()._actions for option in action.option_strings}
+    options = {option for param in worker_command.params for option in param.opts}
     used = {option for line in text.splitlines() if "pgbus-worker" in line
             for option in re.findall(r"(?<![\w-])--[a-z][a-z-]*", line.split("pgbus-worker", 1)[1])}
     assert used and used <= options, used - options

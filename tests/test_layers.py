@@ -3,19 +3,30 @@
 A newcomer reads the layers bottom up; an import that points up (or a cycle,
 even one hidden in a function body) fails here with the module and the line.
 Imports under ``if TYPE_CHECKING:`` are for annotations only and may point anywhere.
+
+Inside the packages (``runner/``, ``web/``, ``mcp_server/`` and the worker) the
+modules have an order of their own, checked the same way. And only the runner
+changes a run's or a step's status: no other module imports its row moves or
+holds a statement that writes a status (checked on the code's syntax tree).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
+import pytest
+
 import pgbus_flask
+import pgbus_flask.worker
 
 PACKAGE = Path(pgbus_flask.__file__).parent
+#: ``worker/`` in the source tree ships as ``pgbus_flask.worker``.
+WORKER = Path(pgbus_flask.worker.__file__).parent
 
 #: Lowest first. A module may import modules of its own layer's lower entries and of every
-#: layer below; within the runner package its own order is checked separately.
+#: layer below; within a package (runner, web, mcp_server, worker) its own order is checked separately.
 LAYERS: list[set[str]] = [
     {"messages"},  # the engine's own messages as codes: imports nothing of pgbus
     {"errors", "states", "metrics"},  # metrics: prometheus_client's counters, no pgbus import
@@ -26,16 +37,23 @@ LAYERS: list[set[str]] = [
     {"runner"},
     {"handle", "schedules"},
     {"workflow", "queries", "jobs", "sweep"},
-    {"extension", "cli", "web", "alembic"},
+    {"extension", "cli", "web", "alembic", "worker"},
     {"mcp_server"},  # the MCP server: the JSON API's reads and the CLI's words
     {"__init__"},
     {"demo_workflows"},  # written as an app would: from the package root
     {"demo"},
 ]
 
-#: The runner's modules, lowest first: each may import only those before it.
-RUNNER_ORDER = ["rows", "scheduling", "policy", "fanout", "start", "children", "inline", "attempt", "allowed",
-                "signals", "verbs"]
+#: Each package's modules, lowest first: each may import only those before it.
+PACKAGE_ORDER: dict[str, list[str]] = {
+    "runner": ["rows", "scheduling", "policy", "deadlines", "fanout", "start", "children", "inline", "attempt",
+               "allowed", "signals", "verbs", "__init__"],
+    "web": ["i18n", "presenter", "inputs", "messages", "live", "notices", "security", "helpers", "timeline",
+            "schedules", "embed", "metrics", "views", "api", "insights", "schedule_pages", "hooks", "errors",
+            "__init__"],
+    "mcp_server": ["base", "reads", "writes", "server", "__init__"],
+    "worker": ["__init__", "runner", "cli"],
+}
 
 #: Deliberate upward imports made at call time, each with why.
 ALLOWED_LATE = {
@@ -47,6 +65,23 @@ ALLOWED_LATE = {
     ("cli", "mcp_server"): "the MCP server (and the optional mcp package) loads only when `flask pgbus mcp` runs",
 }
 
+#: The runner's functions that change a status column (guarded UPDATEs): only ``runner/`` calls them.
+ROW_MOVES = {"move_run", "move_step", "cancel_open_steps", "close_open_batches", "consume_signal_of"}
+#: The tables whose ``status`` only the runner writes.
+STATUS_TABLES = ("pgbus_workflows", "pgbus_workflow_steps", "pgbus_workflow_signals", "pgbus_batches",
+                 "pgbus_batch_children")
+_UPDATE = re.compile(r"\bUPDATE\s+(?:ONLY\s+)?(\w+)(?:\s+(?:AS\s+)?\w+)?\s+SET\b(.*?)(?=\bWHERE\b|\bFROM\b|"
+                     r"\bRETURNING\b|$)", re.IGNORECASE | re.DOTALL)
+_INSERT = re.compile(r"\bINSERT\s+INTO\s+(\w+)", re.IGNORECASE)
+
+
+def library_files() -> list[tuple[str, Path]]:
+    """(module name relative to the package, path) of every library module, the worker's included."""
+    found = [(module_name(path), path) for path in sorted(PACKAGE.rglob("*.py"))]
+    if not WORKER.is_relative_to(PACKAGE):
+        found += [(module_name(path), path) for path in sorted(WORKER.glob("*.py"))]
+    return [(name, path) for name, path in found if not name.startswith("sql")]
+
 
 def layer_of(module: str) -> int:
     top = module.split(".")[0]
@@ -56,10 +91,17 @@ def layer_of(module: str) -> int:
     raise AssertionError(f"pgbus_flask.{module} is in no layer of tests/test_layers.py: add it to LAYERS")
 
 
-def imports_of(path: Path) -> list[tuple[str, int, bool]]:
+def _parts(path: Path) -> tuple[str, ...]:
+    """The path's module parts relative to the package (``worker/cli.py`` is ``("worker", "cli")``)."""
+    if path.is_relative_to(PACKAGE):
+        return path.relative_to(PACKAGE).with_suffix("").parts
+    return ("worker", *path.relative_to(WORKER).with_suffix("").parts)
+
+
+def imports_of(path: Path, source: str | None = None) -> list[tuple[str, int, bool]]:
     """(imported module relative to the package, line, at module level) for each package-internal import."""
-    tree = ast.parse(path.read_text())
-    relative = path.relative_to(PACKAGE).with_suffix("").parts
+    tree = ast.parse(path.read_text() if source is None else source)
+    relative = _parts(path)
     here = list(relative if path.name == "__init__.py" else relative[:-1])
     if path.name == "__init__.py":
         here = here[:-1]
@@ -80,9 +122,10 @@ def imports_of(path: Path) -> list[tuple[str, int, bool]]:
                 targets = [".".join([*base, alias.name]) if _is_module(base, alias.name)
                            else ".".join(base) or "__init__" for alias in node.names]
             found += [(t, node.lineno, id(node) in top_level) for t in targets]
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pgbus_flask"):
-            rest = (node.module or "").removeprefix("pgbus_flask").lstrip(".")
-            found.append((rest or "__init__", node.lineno, id(node) in top_level))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "pgbus_flask":
+            base = (node.module or "").split(".")[1:]
+            found += [(".".join([*base, alias.name]) if _is_module(base, alias.name) else ".".join(base) or "__init__",
+                       node.lineno, id(node) in top_level) for alias in node.names]
         elif isinstance(node, ast.Import):
             found += [(alias.name.removeprefix("pgbus_flask").lstrip(".") or "__init__", node.lineno,
                        id(node) in top_level) for alias in node.names if alias.name.startswith("pgbus_flask")]
@@ -90,56 +133,149 @@ def imports_of(path: Path) -> list[tuple[str, int, bool]]:
 
 
 def _is_module(base: list[str], name: str) -> bool:
-    folder = PACKAGE.joinpath(*base)
+    folder = WORKER.joinpath(*base[1:]) if base[:1] == ["worker"] else PACKAGE.joinpath(*base)
     return (folder / f"{name}.py").exists() or (folder / name / "__init__.py").exists()
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    parts = _parts(path)
     return ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 1 else parts)
 
 
+def upward_imports(name: str, path: Path, source: str | None = None) -> list[str]:
+    """The imports of module ``name`` that point to a layer not below its own."""
+    wrong = []
+    for target, line, at_top in imports_of(path, source):
+        if target.split(".")[0] == name.split(".")[0]:
+            continue  # inside one package: checked by its own order below
+        if layer_of(target) < layer_of(name):
+            continue
+        if (name.split(".")[0], target.split(".")[0]) in ALLOWED_LATE and not at_top:
+            continue
+        wrong.append(f"{name} (line {line}) imports {target}, which is not in a lower layer")
+    return wrong
+
+
 def test_every_import_points_down() -> None:
-    wrong = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        name = module_name(path)
-        if name.startswith("sql"):
-            continue
-        for target, line, _at_top in imports_of(path):
-            if target.split(".")[0] == name.split(".")[0]:
-                continue  # inside one package (runner, web): checked below for the runner
-            if layer_of(target) < layer_of(name):
-                continue
-            if (name.split(".")[0], target.split(".")[0]) in ALLOWED_LATE and not _at_top:
-                continue
-            wrong.append(f"pgbus_flask/{path.relative_to(PACKAGE)}:{line}: {name} imports {target},"
-                         " which is not in a lower layer")
+    wrong = [problem for name, path in library_files() for problem in upward_imports(name, path)]
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_runner_package_modules_import_lower_ones_only() -> None:
+def out_of_order(package: str, path: Path, source: str | None = None) -> list[str]:
+    """The imports of a package's module that name a module of that package not before it in its order."""
+    order = PACKAGE_ORDER[package]
+    me = path.stem
+    assert me in order, f"{package}/{path.name} is in no order of tests/test_layers.py: add it to PACKAGE_ORDER"
     wrong = []
-    for path in sorted((PACKAGE / "runner").glob("*.py")):
-        if path.name == "__init__.py":
+    for target, line, _ in imports_of(path, source):
+        parts = target.split(".")
+        if parts[0] != package or (target == package and me == "__init__"):
             continue
-        me = RUNNER_ORDER.index(path.stem)
-        for target, line, _ in imports_of(path):
-            if not target.startswith("runner."):
-                continue
-            other = target.split(".")[1]
-            if other not in RUNNER_ORDER or RUNNER_ORDER.index(other) >= me:
-                wrong.append(f"pgbus_flask/runner/{path.name}:{line}: {path.stem} imports {other}")
+        other = parts[1] if len(parts) > 1 else "__init__"
+        if other not in order or order.index(other) >= order.index(me):
+            wrong.append(f"{package}/{path.name}:{line}: {me} imports {other}, which is not before it")
+    return wrong
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGE_ORDER))
+def test_a_package_modules_import_lower_ones_only(package: str) -> None:
+    folder = WORKER if package == "worker" else PACKAGE / package
+    wrong = [problem for path in sorted(folder.glob("*.py")) for problem in out_of_order(package, path)]
     assert not wrong, "\n".join(wrong)
+
+
+def _texts(tree: ast.AST) -> list[tuple[str, int]]:
+    """The string literals of a module (f-strings' constant parts, ``+`` of literals joined), with their lines."""
+    found = []
+    for node in ast.walk(tree):
+        text = _literal(node)
+        if text is not None:
+            found.append((text, node.lineno))  # type: ignore[attr-defined]
+    return found
+
+
+def _literal(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else " ? " for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _literal(node.left), _literal(node.right)
+        if left is not None or right is not None:
+            return (left or " ? ") + (right or " ? ")
+    return None
+
+
+def status_writes(source: str) -> list[str]:
+    """What in ``source`` changes a run's, step's, signal's or batch's status: an import of the
+    runner's row moves, a use of them through the package, or a statement that writes a status."""
+    tree = ast.parse(source)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and "runner" in (node.module or "").split("."):
+            found += [f"line {node.lineno}: imports {a.name}" for a in node.names if a.name in ROW_MOVES]
+        elif isinstance(node, ast.Attribute) and node.attr in ROW_MOVES:
+            found.append(f"line {node.lineno}: calls {ast.unparse(node)}")
+    for text, line in _texts(tree):
+        for table, sets in _UPDATE.findall(text):
+            if table.lower() in STATUS_TABLES and re.search(r"\bstatus\s*=", sets, re.IGNORECASE):
+                found.append(f"line {line}: UPDATE {table} SET status")
+        found += [f"line {line}: INSERT INTO {table}" for table in _INSERT.findall(text)
+                  if table.lower() in ("pgbus_workflows", "pgbus_workflow_steps")]
+    return found
 
 
 def test_only_the_runner_changes_a_status() -> None:
-    """DESIGN section 5: every transition goes through the runner. No other module writes a status."""
+    """Every transition goes through the runner (its guarded UPDATEs, its audit events)."""
     writers = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if path.parent.name == "runner" or path.name in ("testing.py", "demo.py"):
-            continue  # testing empties tables; the demo ages its seeded rows (both documented there)
-        text = path.read_text()
-        for needle in ("SET status", "set status"):
-            if needle in text:
-                writers.append(str(path.relative_to(PACKAGE)))
-    assert not writers, f"status written outside the runner in: {writers}"
+    for name, path in library_files():
+        if name.split(".")[0] == "runner":
+            continue
+        writers += [f"pgbus_flask/{name.replace('.', '/')}: {what}" for what in status_writes(path.read_text())]
+    assert not writers, "status written outside the runner:\n" + "\n".join(writers)
+
+
+# -- each rule fails on a planted violation ----------------------------------------------------
+
+
+@pytest.mark.parametrize("source", [
+    "from .runner import move_run",
+    "from pgbus_flask.runner.rows import Row, move_step",
+    "from . import runner\nrunner.move_run(conn, wid, ['ready'], 'paused')",
+    "SQL = 'UPDATE pgbus_workflows SET paused_at = now(), status = %s WHERE workflow_id = %s'",
+    "SQL = ('UPDATE pgbus_workflow_steps s'\n       ' SET status = \\'cancelled\\' WHERE s.id = %s')",
+    "SQL = f'UPDATE pgbus_batch_children SET status = {x!r}'",
+    "SQL = 'UPDATE pgbus_workflow_signals SET ' + 'status = 1'",
+    "SQL = 'INSERT INTO pgbus_workflow_steps (workflow_id) VALUES (%s)'",
+])
+def test_a_status_write_outside_the_runner_is_found(source: str) -> None:
+    assert status_writes(source)
+
+
+@pytest.mark.parametrize("source", [
+    "from .runner import ResumePlan, Row",
+    "SQL = 'UPDATE pgbus_batch_children SET job_id = %s WHERE status = \\'pending\\''",
+    "SQL = 'UPDATE pgbus_schedules SET paused_at = now() WHERE workflow_class = %s'",
+    "SQL = 'SELECT status FROM pgbus_workflows WHERE status = %s'",
+])
+def test_reads_and_other_writes_are_not_status_writes(source: str) -> None:
+    assert not status_writes(source)
+
+
+def test_an_upward_import_is_found() -> None:
+    assert upward_imports("states", PACKAGE / "states.py", "from .runner import Row")
+    assert upward_imports("runner.rows", PACKAGE / "runner" / "rows.py", "def f():\n    from ..sweep import sweep")
+    assert not upward_imports("sweep", PACKAGE / "sweep.py", "from . import runner")
+
+
+@pytest.mark.parametrize(("package", "module", "source"), [
+    ("runner", "rows", "from .verbs import pause"),
+    ("web", "i18n", "def f():\n    from .views import Pages"),
+    ("web", "views", "from . import api"),
+    ("mcp_server", "base", "from .server import McpServer"),
+    ("worker", "runner", "from pgbus_flask.worker.cli import main"),
+    ("worker", "runner", "def f():\n    from pgbus_flask.worker import cli"),
+])
+def test_an_import_against_a_package_order_is_found(package: str, module: str, source: str) -> None:
+    folder = WORKER if package == "worker" else PACKAGE / package
+    assert out_of_order(package, folder / f"{module}.py", source)

@@ -229,9 +229,9 @@ def test_a_rolled_back_outcome_is_not_counted(engine: Engine) -> None:
                            {"workflow_class": "ThreeSteps", "step": "reserve", "outcome": "completed"}) or 0
     run = ThreeSteps.start(order_id=1)
     with pytest.raises(RuntimeError), engine.db.transaction() as tx:
-        from pgbus_flask.runner.attempt import _counted
+        from pgbus_flask.runner.attempt import count_attempt
 
-        _counted(tx, "ThreeSteps", "reserve", "completed", 0.01)
+        count_attempt(tx, "ThreeSteps", "reserve", "completed", 0.01)
         raise RuntimeError("rolled back")
     assert metrics.value("pgbus_step_attempts_total",
                          {"workflow_class": "ThreeSteps", "step": "reserve", "outcome": "completed"}) in (None, before)

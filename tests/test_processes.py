@@ -49,7 +49,7 @@ ACTOR = "test:procs"
 
 def rows(engine: Engine, sql: str, params: Any = None) -> list[dict[str, Any]]:
     with engine.db.connection() as conn:
-        return list(runner._q(conn, sql, params).fetchall())
+        return list(runner.query(conn, sql, params).fetchall())
 
 
 def scalar(engine: Engine, sql: str, params: Any = None) -> Any:

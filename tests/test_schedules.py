@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from pgbus_flask import PgBus, ScheduleConflict, UnknownSchedule, Workflow, step
-from pgbus_flask.definition import REGISTRY
+from pgbus_flask.definition import REGISTRY, registry, scoped_registry
 from pgbus_flask.engine import Engine
 from pgbus_flask.errors import DefinitionError, InvalidInput
 from pgbus_flask.schedule import ScheduleSpec
@@ -242,17 +242,33 @@ def test_a_paused_schedule_starts_nothing_and_resume_follows_the_missed_policy(e
         ("declared", "system", None)]
 
 
+def test_a_scoped_registry_forgets_the_classes_declared_in_it() -> None:
+    before = registry()
+    with scoped_registry():
+        class ForgottenAfter(Workflow):
+            schedule = timedelta(minutes=1)
+
+            @step
+            def only(self) -> None: ...
+
+        assert registry()["ForgottenAfter"] is ForgottenAfter
+    assert registry() == before
+    assert "ForgottenAfter" not in REGISTRY
+
+
 def test_unknown_and_undeclared_schedules(engine: Engine, declare: Declare) -> None:
     bus = PgBus()
-    declare("Leaving", timedelta(minutes=1))
     declare("Staying", "0 3 * * *", schedule_timezone="Asia/Tokyo")
-    assert [(s.workflow_class, s.stored) for s in bus.schedules()] == [("Leaving", False), ("Staying", False)]
-    with pytest.raises(UnknownSchedule, match=r"no schedule for workflow class 'Nope' \(schedules: Leaving, Staying\)"):
-        bus.pause_schedule("Nope")
-    with pytest.raises(InvalidInput, match="workflow class"):
-        bus.pause_schedule("bad\x00name")
-    sweep(engine)
-    REGISTRY.pop("Leaving")
+    with scoped_registry():  # Leaving is declared until the block ends
+        declare("Leaving", timedelta(minutes=1))
+        assert [(s.workflow_class, s.stored) for s in bus.schedules()] == [("Leaving", False), ("Staying", False)]
+        with pytest.raises(UnknownSchedule,
+                           match=r"no schedule for workflow class 'Nope' \(schedules: Leaving, Staying\)"):
+            bus.pause_schedule("Nope")
+        with pytest.raises(InvalidInput, match="workflow class"):
+            bus.pause_schedule("bad\x00name")
+        sweep(engine)
+    assert "Leaving" not in registry() and "Staying" in registry()
     back(engine, "Leaving", timedelta(minutes=5))
     report = sweep(engine)
     assert (report.schedules_synced, report.schedules_started) == (1, 0), "no longer declared: never started"

@@ -1,5 +1,6 @@
 """``pgbus-worker``: run step jobs, fan-out children and the sweep.
 
+\b
     pgbus-worker --app myapp:create_app           # or FLASK_APP=myapp
     PGBUS_DATABASE_URL=... PGBUS_REDIS_URL=... PGBUS_IMPORT=myapp.workflows pgbus-worker
     pgbus-worker --metrics-port 9300              # Prometheus metrics at http://127.0.0.1:9300/
@@ -7,7 +8,6 @@
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import logging
 import os
@@ -16,6 +16,7 @@ import time
 from contextlib import nullcontext
 from typing import Any
 
+import click
 import redis.exceptions
 from rq.utils import import_attribute
 
@@ -48,24 +49,6 @@ def load_app(spec: str) -> Any:
     return app
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pgbus-worker", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--app", help="MODULE[:APP_OR_FACTORY] of the Flask app (default: $FLASK_APP)")
-    parser.add_argument("--queues", help="comma-separated queues (default: every queue the workflows use)")
-    parser.add_argument("--burst", action="store_true", help="drain the queues, then exit")
-    parser.add_argument("--worker-class", help="dotted path of the RQ worker class (default: PGBUS_WORKER_CLASS)")
-    parser.add_argument("--no-sweep", action="store_true", help="do not run the sweep in this worker")
-    parser.add_argument("--no-scheduler", action="store_true", help="do not run RQ's scheduler for future steps")
-    parser.add_argument("--name", help="worker name (default: RQ's)")
-    parser.add_argument("--log-level", default="INFO")
-    parser.add_argument("--metrics-port", type=int, metavar="PORT",
-                        help="serve this worker's Prometheus metrics over HTTP on PORT (needs prometheus-client)")
-    parser.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
-                        help="address the metrics server listens on (default 127.0.0.1; 0.0.0.0: every interface)")
-    return parser
-
-
 def serve_metrics(port: int, host: str) -> None:
     """Start the metrics server, or raise PgbusError saying why it cannot."""
     if not metrics.AVAILABLE:
@@ -79,46 +62,84 @@ def serve_metrics(port: int, host: str) -> None:
     log.info("pgbus-worker: metrics at http://%s:%d/", f"[{host}]" if ":" in host else host, port)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+@click.command("pgbus-worker", help=__doc__, context_settings={"max_content_width": 100})
+@click.option("--app", "app_spec", metavar="MODULE[:APP_OR_FACTORY]",
+              help="MODULE[:APP_OR_FACTORY] of the Flask app (default: $FLASK_APP)")
+@click.option("--queues", help="comma-separated queues (default: every queue the workflows use)")
+@click.option("--burst", is_flag=True, help="drain the queues, then exit")
+@click.option("--worker-class", help="dotted path of the RQ worker class (default: PGBUS_WORKER_CLASS)")
+@click.option("--no-sweep", is_flag=True, help="do not run the sweep in this worker")
+@click.option("--no-scheduler", is_flag=True, help="do not run RQ's scheduler for future steps")
+@click.option("--name", help="worker name (default: RQ's)")
+@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--metrics-port", type=int, metavar="PORT",
+              help="serve this worker's Prometheus metrics over HTTP on PORT (needs prometheus-client)")
+@click.option("--metrics-host", default="127.0.0.1", metavar="HOST",
+              help="address the metrics server listens on (default 127.0.0.1; 0.0.0.0: every interface)")
+def command(app_spec: str | None, queues: str | None, burst: bool, worker_class: str | None, no_sweep: bool,
+            no_scheduler: bool, name: str | None, log_level: str, metrics_port: int | None,
+            metrics_host: str) -> int:
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        app = None
-        app_spec = args.app or os.environ.get("FLASK_APP")
-        if app_spec:
-            app = load_app(app_spec)
-            engine: Engine = app.extensions["pgbus"]
-            engine.make_default()
-        else:
-            settings = Settings.from_environ()
-            engine = Engine(settings).make_default()
-        for module in engine.settings.imports:
-            importlib.import_module(module)
-        worker_class: Any = import_attribute(args.worker_class or engine.settings.worker_class)
-        if args.metrics_port is not None:
-            serve_metrics(args.metrics_port, args.metrics_host)
+        app, engine, worker_type = set_up(app_spec or os.environ.get("FLASK_APP"), worker_class)
+        if metrics_port is not None:
+            serve_metrics(metrics_port, metrics_host)
     except (PgbusError, ImportError, AttributeError) as exc:
         print(f"pgbus-worker: {redact(str(exc))}", file=sys.stderr)
         return 2
-    queues = [q.strip() for q in args.queues.split(",")] if args.queues else engine.queue_names()
-    worker_class.sweep_enabled = not args.no_sweep
-    log.info("pgbus-worker listening on %s", ", ".join(queues))
-    delay = 1.0
+    names = [q.strip() for q in queues.split(",")] if queues else engine.queue_names()
+    worker_type.sweep_enabled = not no_sweep
+    log.info("pgbus-worker listening on %s", ", ".join(names))
     with app.app_context() if app is not None else nullcontext():
-        while True:
-            worker = worker_class([engine.queue(name) for name in queues], connection=engine.redis, name=args.name)
-            try:
-                worker.work(burst=args.burst, with_scheduler=not args.no_scheduler,
-                            logging_level=args.log_level.upper())
-            except redis.exceptions.ConnectionError as exc:
-                log.error("pgbus-worker: Redis is unreachable (%s)", exc)
-            # RQ marks a SIGTERM/SIGINT with a shutdown date (_stop_requested only when busy).
-            if args.burst or worker._stop_requested or getattr(worker, "_shutdown_requested_date", None):
-                return 0
-            # RQ's loop quits when Redis goes away: start again once it is back.
-            log.warning("pgbus-worker: the worker stopped unexpectedly; starting again in %.0fs", delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 30.0)
+        work(engine, worker_type, names, name=name, burst=burst, with_scheduler=not no_scheduler,
+             log_level=log_level.upper())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``pgbus-worker`` console script: its exit status (2: bad options, or it cannot start)."""
+    try:
+        status = command.main(args=argv, prog_name="pgbus-worker", standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        return 1
+    return status if isinstance(status, int) else 0
+
+
+def set_up(app_spec: str | None, worker_class: str | None) -> tuple[Any, Engine, Any]:
+    """The app (or None), its engine made the default, and the worker class; the workflows imported."""
+    app = None
+    if app_spec:
+        app = load_app(app_spec)
+        engine: Engine = app.extensions["pgbus"]
+        engine.make_default()
+    else:
+        engine = Engine(Settings.from_environ()).make_default()
+    for module in engine.settings.imports:
+        importlib.import_module(module)
+    return app, engine, import_attribute(worker_class or engine.settings.worker_class)
+
+
+def work(engine: Engine, worker_type: Any, queues: list[str], *, name: str | None, burst: bool,
+         with_scheduler: bool, log_level: str) -> None:
+    """Run RQ workers on ``queues`` until asked to stop (or, with ``burst``, until they are empty)."""
+    delay = 1.0
+    while True:
+        worker = worker_type([engine.queue(queue) for queue in queues], connection=engine.redis, name=name)
+        try:
+            worker.work(burst=burst, with_scheduler=with_scheduler, logging_level=log_level)
+        except redis.exceptions.ConnectionError as exc:
+            log.error("pgbus-worker: Redis is unreachable (%s)", exc)
+        # RQ marks a SIGTERM/SIGINT with a shutdown date (_stop_requested only when busy).
+        if burst or worker._stop_requested or getattr(worker, "_shutdown_requested_date", None):
+            return
+        # RQ's loop quits when Redis goes away: start again once it is back.
+        log.warning("pgbus-worker: the worker stopped unexpectedly; starting again in %.0fs", delay)
+        time.sleep(delay)
+        delay = min(delay * 2, 30.0)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ One module per concern, lowest first (each imports only those above it):
 - ``scheduling``: a new scheduled attempt, the step after, and the
   after-commit enqueue (the only place a step job is sent);
 - ``policy``: what a failed attempt does next (reattempt, pause, cancel, skip);
+- ``deadlines``: an attempt that stalled, a wait that timed out (the sweep finds them);
 - ``fanout``: a step's batch of child jobs;
 - ``children``: a step's child workflow runs (started with its outcome, waited on, settled
   when the last one ends);
@@ -23,7 +24,7 @@ One module per concern, lowest first (each imports only those above it):
 - ``verbs``: pause, resume, skip, cancel ... as the API, CLI and dashboard call them.
 
 Nothing outside this package writes a status: the sweep, the jobs and the
-verbs all come through here.
+verbs all come through here (``tests/test_layers.py`` checks it).
 """
 
 from __future__ import annotations
@@ -31,15 +32,14 @@ from __future__ import annotations
 from .allowed import ResumePlan, available_actions, outdated, resume_plan, step_gone
 from .attempt import Claim, claim_attempt, park_on_signal, record_outcome, run_attempt
 from .children import cancel_children, cancel_run, child_key, settle, sweep_children
-from .fanout import finish_batch, open_batch, record_child
+from .deadlines import expire_wait, fail_stalled
+from .fanout import finish_batch, open_batch, record_child, resend_child
 from .inline import Budget, Continued
 from .policy import fail_attempt
 from .rows import (
     RESCHEDULE_EARLIEST,
     RESCHEDULE_LATEST,
     Row,
-    _now,
-    _q,
     cap,
     check_who,
     completed_outputs,
@@ -51,12 +51,13 @@ from .rows import (
     move_run,
     move_step,
     on_run_ended,
+    query,
     record_event,
     run_ended,
     spec_of,
     worker_name,
 )
-from .scheduling import _send_after_commit, advance, next_send, resend_lost, resend_step, schedule_step, step_job_id
+from .scheduling import advance, next_send, resend_lost, resend_step, schedule_step, step_job_id
 from .signals import SignalResult, send_signal
 from .start import Started, start
 from .verbs import cancel, pause, rerun, reschedule, resume, resume_at, run_now, skip, upgrade
@@ -71,9 +72,6 @@ __all__ = [
     "Row",
     "SignalResult",
     "Started",
-    "_now",
-    "_q",
-    "_send_after_commit",
     "advance",
     "available_actions",
     "cancel",
@@ -86,7 +84,9 @@ __all__ = [
     "completed_outputs",
     "error_columns",
     "error_name",
+    "expire_wait",
     "fail_attempt",
+    "fail_stalled",
     "finish_batch",
     "latest_step",
     "load_class",
@@ -99,11 +99,13 @@ __all__ = [
     "outdated",
     "park_on_signal",
     "pause",
+    "query",
     "record_child",
     "record_event",
     "record_outcome",
     "rerun",
     "reschedule",
+    "resend_child",
     "resend_lost",
     "resend_step",
     "resume",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from .. import states
 from ..db import Transaction
 from ..errors import ActionNotAllowed, StepNotDefined
-from .rows import Row, _now, latest_step, load_class, lock_run
+from .rows import Row, latest_step, load_class, lock_run, now_of
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -90,12 +90,12 @@ def _nothing_left_to_skip(run: Row, latest: Row | None, klass: type[Workflow]) -
         return False
 
 
-def _check(engine: Engine, tx: Transaction, action: str, workflow_id: Any) -> tuple[Row, Row | None,
-                                                                                    type[Workflow] | None]:
+def check_allowed(engine: Engine, tx: Transaction, action: str, workflow_id: Any) -> tuple[Row, Row | None,
+                                                                                           type[Workflow] | None]:
     run = lock_run(tx, workflow_id)
     latest = latest_step(tx.conn, workflow_id)
     klass = load_class(engine, run["workflow_class"])
-    allowed = available_actions(run, latest, klass, _now(tx))
+    allowed = available_actions(run, latest, klass, now_of(tx))
     if action not in allowed:
         detail = None
         if action in states.CLASS_ACTIONS and klass is None and run["status"] in states.ALLOWED_FROM[action]:

@@ -40,21 +40,21 @@ from .inline import Budget, continue_inline
 from .policy import fail_attempt
 from .rows import (
     Row,
-    _consume_signal_of,
-    _now,
-    _q,
-    _set_now,
     cap,
+    consume_signal_of,
     error_columns,
     load_class,
     lock_run,
     message_details,
     move_run,
     move_step,
+    now_of,
+    query,
     record_event,
+    remember_now,
     worker_name,
 )
-from .scheduling import _route, advance, resend_step, schedule_step
+from .scheduling import advance, resend_step, route, schedule_step
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -86,14 +86,14 @@ class WaitUntilDue:
     spec: StepSpec
 
 
-def _counted(tx: Transaction, workflow_class: str, step_name: str, outcome: str | None,
-             seconds: float | None = None) -> None:
+def count_attempt(tx: Transaction, workflow_class: str, step_name: str, outcome: str | None,
+                  seconds: float | None = None) -> None:
     """Count the attempt's ``outcome`` in the metrics once ``tx`` commits (never if it rolls back)."""
     if outcome is not None and metrics.enabled():
         tx.after_commit(partial(metrics.step_attempt, workflow_class, step_name, outcome, seconds))
 
 
-def _waited(step: Row) -> float:
+def queue_wait_of(step: Row) -> float:
     """Seconds from the step being due and sent to its claim (all three are PostgreSQL's clock)."""
     ready = step["scheduled_at"]
     if step["enqueued_at"] is not None and step["enqueued_at"] > ready:
@@ -101,9 +101,9 @@ def _waited(step: Row) -> float:
     return (step["started_at"] - ready).total_seconds()
 
 
-def _held_or_claim_signal(conn: psycopg.Connection[Any], step: Row, name: str) -> tuple[Row | None, bool]:
+def held_or_claim_signal(conn: psycopg.Connection[Any], step: Row, name: str) -> tuple[Row | None, bool]:
     """The signal an earlier attempt of this step holds, else the oldest pending one claimed now."""
-    held = _q(
+    held = query(
         conn,
         "SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s AND status = 'claimed' AND claimed_by_step_id IN"
         " (SELECT id FROM pgbus_workflow_steps WHERE workflow_id = %s AND step_name = %s) ORDER BY id LIMIT 1",
@@ -111,7 +111,7 @@ def _held_or_claim_signal(conn: psycopg.Connection[Any], step: Row, name: str) -
     ).fetchone()
     if held is not None:
         return held, False
-    claimed = _q(
+    claimed = query(
         conn,
         """
         UPDATE pgbus_workflow_signals SET status = 'claimed', claimed_by_step_id = %(step)s, claimed_at = now()
@@ -149,7 +149,7 @@ def claim_attempt(engine: Engine, step_id: int, job_id: str | None, *,
         ).fetchone()
         if run is None or run["status"] != "ready":
             return None
-        _set_now(tx, run["tx_now"])
+        remember_now(tx, run["tx_now"])
         step_name = run["claim_step"]
         klass = load_class(engine, run["workflow_class"])
         spec: StepSpec | None = None
@@ -165,7 +165,7 @@ def claim_attempt(engine: Engine, step_id: int, job_id: str | None, *,
             assert klass is not None
             return WaitUntilDue(run, step_id, step_name, run["claim_attempt"], klass, spec)
         # Claim the attempt and mark the run running in one statement.
-        step = _q(
+        step = query(
             tx.conn,
             """
             WITH claimed AS (
@@ -183,7 +183,7 @@ def claim_attempt(engine: Engine, step_id: int, job_id: str | None, *,
             """,
             {"id": step_id, "wid": run["workflow_id"], "job": job_id, "worker": worker_name(),
              "rev": engine.settings.app_revision, "runnable": problem is None,
-             "timeout": _route(engine, klass, step_name)[2].total_seconds()},
+             "timeout": route(engine, klass, step_name)[2].total_seconds()},
         ).fetchone()
         if step is None:
             return None
@@ -191,22 +191,22 @@ def claim_attempt(engine: Engine, step_id: int, job_id: str | None, *,
             # Nothing here can run this step: record why and pause for a person.
             assert problem is not None
             error = error_columns(problem, trace=False)
-            step = move_step(tx.conn, step_id, ["in_progress"], "failed", finished_at=_now(tx), outcome="failed",
+            step = move_step(tx.conn, step_id, ["in_progress"], "failed", finished_at=now_of(tx), outcome="failed",
                              **error)
-            move_run(tx.conn, run["workflow_id"], ["ready"], "paused", paused_at=_now(tx))
+            move_run(tx.conn, run["workflow_id"], ["ready"], "paused", paused_at=now_of(tx))
             record_event(tx, run["workflow_id"], "step_failed", "system", step=step,
                          details={"error_class": error["error_class"], "error_message": str(problem),
                                   **message_details(error)})
             record_event(tx, run["workflow_id"], "paused", "system", reason=str(problem), step=step,
                          details=message_details(error))
-            _counted(tx, run["workflow_class"], step_name, "failed")
+            count_attempt(tx, run["workflow_class"], step_name, "failed")
             return None
         run = {**run, "status": "running"}
         record_event(tx, run["workflow_id"], "step_started", "system", step=step,
                      details={"worker": step["worker"]})
         signal: Row | None = None
         if spec.wait_for and not step["wait_timed_out"]:
-            signal, claimed_now = _held_or_claim_signal(tx.conn, step, spec.wait_for)
+            signal, claimed_now = held_or_claim_signal(tx.conn, step, spec.wait_for)
             if claimed_now:
                 record_event(tx, run["workflow_id"], "signal_claimed", "system", step=step,
                              details={"signal": spec.wait_for, "signal_id": signal["id"]})  # type: ignore[index]
@@ -218,7 +218,7 @@ def claim_attempt(engine: Engine, step_id: int, job_id: str | None, *,
 
 def park_on_signal(tx: Transaction, run: Row, step: Row, spec: StepSpec) -> None:
     timeout = spec.wait_timeout.total_seconds() if spec.wait_timeout else None
-    parked = _q(
+    parked = query(
         tx.conn,
         "UPDATE pgbus_workflow_steps SET status = 'waiting', waiting_since = COALESCE(waiting_since, now()),"
         " timeout_at = COALESCE(timeout_at, now() + make_interval(secs => %s)) WHERE id = %s"
@@ -239,9 +239,9 @@ def run_attempt(engine: Engine, step_id: int, job_id: str | None = None, budget:
     found = claim_attempt(engine, step_id, job_id)
     claim = _settle_wait_until(engine, found, job_id) if isinstance(found, WaitUntilDue) else found
     if claim is not None and metrics.enabled():
-        metrics.queue_wait(claim.run["workflow_class"], claim.step["step_name"], _waited(claim.step))
+        metrics.queue_wait(claim.run["workflow_class"], claim.step["step_name"], queue_wait_of(claim.step))
     while claim is not None:
-        claim = _run_claimed(engine, claim, job_id, budget)
+        claim = run_claimed(engine, claim, job_id, budget)
 
 
 def _instance(engine: Engine, run: Row, klass: type[Workflow], step_name: str, attempt: int,
@@ -280,7 +280,7 @@ def _settle_wait_until(engine: Engine, due: WaitUntilDue, job_id: str | None) ->
             run = lock_run(tx, due.run["workflow_id"])
             if run["status"] != "ready":
                 return None  # paused or cancelled meanwhile: resume sends it again, still pending
-            later = _q(tx.conn, "UPDATE pgbus_workflow_steps SET scheduled_at = %s, wait_until_pending = false"
+            later = query(tx.conn, "UPDATE pgbus_workflow_steps SET scheduled_at = %s, wait_until_pending = false"
                                 " WHERE id = %s AND status = 'scheduled' AND wait_until_pending AND scheduled_at < %s"
                                 " AND %s > now() RETURNING *", (moment, due.step_id, moment, moment)).fetchone()
             if later is not None:
@@ -296,7 +296,7 @@ def _settle_wait_until(engine: Engine, due: WaitUntilDue, job_id: str | None) ->
     return claim
 
 
-def _run_claimed(engine: Engine, claim: Claim, job_id: str | None, budget: Budget | None) -> Claim | None:
+def run_claimed(engine: Engine, claim: Claim, job_id: str | None, budget: Budget | None) -> Claim | None:
     """Run one claimed attempt's code and record its outcome; the next claim if it continues inline."""
     if claim.spec.transactional:
         return _run_transactional(engine, claim, job_id, budget)
@@ -385,7 +385,7 @@ def _record_with_retry(engine: Engine, claim: Claim, **outcome: Any) -> Claim | 
     instead of stalling with the outcome lost.
     """
     delay = 0.5
-    deadline = time.monotonic() + max(_route(engine, claim.klass, claim.step["step_name"])[2].total_seconds(), 5)
+    deadline = time.monotonic() + max(route(engine, claim.klass, claim.step["step_name"])[2].total_seconds(), 5)
     refused = False
     while True:
         try:
@@ -440,7 +440,7 @@ def record_outcome(engine: Engine, claim: Claim, *, result: Any = None, error: B
         if run["attempt_status"] != "in_progress":
             record_event(tx, run["workflow_id"], "late_completion_ignored", "system", step=step,
                          details={"status": run["attempt_status"], "outcome": "failed" if error else "completed"})
-            _counted(tx, run["workflow_class"], step["step_name"], "late", claim.ran)
+            count_attempt(tx, run["workflow_class"], step["step_name"], "late", claim.ran)
             return None
         return _apply(engine, tx, claim, run, output=output, result=result, error=error, request=request,
                       budget=budget, job_id=job_id, sleep=sleep)
@@ -452,7 +452,7 @@ def _not_before(tx: Transaction, sleep: SleepRequest | None) -> datetime | None:
         return None
     if sleep.until is not None:
         return sleep.until
-    return _now(tx) + timedelta(seconds=sleep.seconds or 0)
+    return now_of(tx) + timedelta(seconds=sleep.seconds or 0)
 
 
 def _apply(engine: Engine, tx: Transaction, claim: Claim, run: Row, *, output: Any, result: Any,
@@ -463,13 +463,13 @@ def _apply(engine: Engine, tx: Transaction, claim: Claim, run: Row, *, output: A
     not_before = _not_before(tx, sleep) if error is None and request is None else None
     outcome: str | None
     if isinstance(request, PauseRequested):
-        failed = move_step(tx.conn, step["id"], ["in_progress"], "failed", finished_at=_now(tx), outcome="paused",
+        failed = move_step(tx.conn, step["id"], ["in_progress"], "failed", finished_at=now_of(tx), outcome="paused",
                            error_message=cap(request.reason, states.MESSAGE_LIMIT))
-        move_run(tx.conn, run["workflow_id"], ["running"], "paused", paused_at=_now(tx))
+        move_run(tx.conn, run["workflow_id"], ["running"], "paused", paused_at=now_of(tx))
         record_event(tx, run["workflow_id"], "paused", "system", reason=request.reason, step=failed)
         outcome = "paused"
     elif isinstance(request, ReattemptRequested):
-        failed = move_step(tx.conn, step["id"], ["in_progress"], "failed", finished_at=_now(tx),
+        failed = move_step(tx.conn, step["id"], ["in_progress"], "failed", finished_at=now_of(tx),
                            outcome="reattempted", error_message=messages.english("reattempt_requested", {}),
                            error_code="reattempt_requested", error_params=Jsonb({}))
         record_event(tx, run["workflow_id"], "step_reattempted", "system", step=failed,
@@ -493,19 +493,19 @@ def _apply(engine: Engine, tx: Transaction, claim: Claim, run: Row, *, output: A
             outcome = fail_attempt(engine, tx, run, claim.klass, step, error_columns(exc), actor="system")
     else:
         if claim.spec.wait_for:
-            _consume_signal_of(tx.conn, step)
+            consume_signal_of(tx.conn, step)
         nxt = continue_inline(engine, tx, run, step, claim.klass, output, budget, job_id, not_before)
-        _counted(tx, run["workflow_class"], step["step_name"], "completed", claim.ran)
+        count_attempt(tx, run["workflow_class"], step["step_name"], "completed", claim.ran)
         if nxt is not None:
             outputs = claim.outputs
             if outputs is not None:
                 outputs = {**outputs, step["step_name"]: payload.from_json(output)}
             return Claim(nxt.run, nxt.step, claim.klass, nxt.spec, outputs, None)
-        done = move_step(tx.conn, step["id"], ["in_progress"], "completed", finished_at=_now(tx),
+        done = move_step(tx.conn, step["id"], ["in_progress"], "completed", finished_at=now_of(tx),
                          outcome="completed", output=Jsonb(output), next_not_before=not_before)
         record_event(tx, run["workflow_id"], "step_completed", "system", step=done)
         if run["status"] == "running":  # paused meanwhile: resume continues, honouring next_not_before
             advance(engine, tx, run, claim.klass, step["step_name"], actor="system", not_before=not_before)
         return None
-    _counted(tx, run["workflow_class"], step["step_name"], outcome, claim.ran)
+    count_attempt(tx, run["workflow_class"], step["step_name"], outcome, claim.ran)
     return None

@@ -29,16 +29,16 @@ from ..errors import ChildRunsCancelled, WorkflowNotFound
 from .policy import fail_attempt
 from .rows import (
     Row,
-    _cancel_open_steps,
-    _now,
-    _q,
+    cancel_open_steps,
     error_columns,
     latest_step,
     load_class,
     lock_run,
     move_run,
     move_step,
+    now_of,
     on_run_ended,
+    query,
     record_event,
     run_ended,
 )
@@ -88,7 +88,7 @@ def start_children(engine: Engine, tx: Transaction, run: Row, spec: StepSpec, st
                             idempotency_key=key, actor="system", conn=sub.conn, parent=(wid, step["step_name"]))
             ids.append(started.workflow_id)
     parked = move_step(tx.conn, step["id"], ["in_progress"], "waiting", child_ids=ids,
-                       on_child_failure=spec.on_child_failure, waiting_since=_now(tx),
+                       on_child_failure=spec.on_child_failure, waiting_since=now_of(tx),
                        next_not_before=next_not_before)
     moved = move_run(tx.conn, wid, ["running"], "waiting")
     record_event(tx, wid, "children_started", "system", step=parked,
@@ -98,8 +98,8 @@ def start_children(engine: Engine, tx: Transaction, run: Row, spec: StepSpec, st
 
 
 def _children(conn: Any, ids: Sequence[Any]) -> list[Row]:
-    return _q(conn, "SELECT workflow_id, workflow_class, status FROM pgbus_workflows WHERE workflow_id = ANY(%s)",
-              (list(ids),)).fetchall()  # type: ignore[no-any-return]
+    return query(conn, "SELECT workflow_id, workflow_class, status FROM pgbus_workflows WHERE workflow_id = ANY(%s)",
+                 (list(ids),)).fetchall()  # type: ignore[no-any-return]
 
 
 def settle(engine: Engine, tx: Transaction, run: Row, step: Row | None) -> bool:
@@ -131,7 +131,7 @@ def settle(engine: Engine, tx: Transaction, run: Row, step: Row | None) -> bool:
         "finished": total - len(cancelled), "cancelled": len(cancelled), "total": total,
         "workflow_ids": [str(i) for i in ids],
     }
-    done = move_step(tx.conn, step["id"], ["waiting"], "completed", finished_at=_now(tx), outcome="completed",
+    done = move_step(tx.conn, step["id"], ["waiting"], "completed", finished_at=now_of(tx), outcome="completed",
                      output=Jsonb(payload.to_json(output)))
     if done is None:
         return False
@@ -153,7 +153,7 @@ def _family(engine: Engine, tx: Transaction, ended: Row) -> None:
         except WorkflowNotFound:
             parent = None  # deleted by retention: nobody waits
         if parent is not None and parent["status"] in states.ONGOING:
-            step = _q(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE workflow_id = %s AND status = 'waiting'"
+            step = query(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE workflow_id = %s AND status = 'waiting'"
                                " AND %s = ANY(child_ids) ORDER BY id DESC LIMIT 1",
                       (parent_id, ended["workflow_id"])).fetchone()
             settle(engine, tx, parent, step)
@@ -167,8 +167,8 @@ def cancel_run(engine: Engine, tx: Transaction, run: Row, *, actor: str, reason:
     what its end means to its family (the ``cancel`` verb, and a cancelled parent's children)."""
     wid = run["workflow_id"]
     latest = latest_step(tx.conn, wid)
-    _cancel_open_steps(tx.conn, wid)
-    ended = move_run(tx.conn, wid, states.ONGOING, "cancelled", finished_at=_now(tx))
+    cancel_open_steps(tx.conn, wid)
+    ended = move_run(tx.conn, wid, states.ONGOING, "cancelled", finished_at=now_of(tx))
     record_event(tx, wid, "cancelled", actor, reason=reason, step=latest)
     run_ended(engine, tx, ended)
     return ended
@@ -221,7 +221,7 @@ def sweep_children(engine: Engine, *, older_than: float, limit: int = 500) -> tu
                 run = lock_run(tx, wid)
             except WorkflowNotFound:
                 continue
-            step = _q(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE id = %s", (step_id,)).fetchone()
+            step = query(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE id = %s", (step_id,)).fetchone()
             if run["status"] in states.ONGOING and settle(engine, tx, run, step):
                 settled += 1
     if cancelled or settled:

@@ -13,8 +13,8 @@ from ..db import Transaction
 from ..definition import FanOut, StepSpec
 from ..errors import ArgumentsNotSerializable, ChildJobFailed
 from .policy import fail_attempt
-from .rows import Row, _now, _q, error_columns, load_class, lock_run, move_run, move_step, record_event
-from .scheduling import _route, advance
+from .rows import Row, error_columns, load_class, lock_run, move_run, move_step, now_of, query, record_event
+from .scheduling import advance, route
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -25,9 +25,9 @@ def open_batch(engine: Engine, tx: Transaction, run: Row, spec: StepSpec, klass:
                fan_out: FanOut, *, next_not_before: datetime | None = None) -> None:
     """Open a batch for a step's fan-out, park the step on it, send the children after commit.
     ``next_not_before``: the step's ``self.sleep()``, for when the batch finishes."""
-    queue = _route(engine, klass, step["step_name"])[0]
+    queue = route(engine, klass, step["step_name"])[0]
     args = [payload.to_json(list(a), what=f"fan_out argument tuple {i}") for i, a in enumerate(fan_out.args)]
-    batch = _q(
+    batch = query(
         tx.conn,
         "INSERT INTO pgbus_batches (workflow_id, step_id, step_name, func, queue, on_child_failure, status, total)"
         " VALUES (%s, %s, %s, %s, %s, %s, 'open', %s) RETURNING *",
@@ -43,7 +43,7 @@ def open_batch(engine: Engine, tx: Transaction, run: Row, spec: StepSpec, klass:
             [(batch["id"], position, Jsonb(args[position]), job_id) for position, job_id in children],
         )
     parked = move_step(tx.conn, step["id"], ["in_progress"], "waiting", batch_id=batch["id"],
-                       waiting_since=_now(tx), next_not_before=next_not_before)
+                       waiting_since=now_of(tx), next_not_before=next_not_before)
     move_run(tx.conn, run["workflow_id"], ["running"], "waiting")
     record_event(tx, run["workflow_id"], "fan_out_opened", "system", step=parked,
                  details={"batch_id": batch["id"], "total": len(args), "func": fan_out.func})
@@ -81,7 +81,7 @@ def record_child(engine: Engine, batch_id: int, position: int, *, result: Any = 
         ).fetchone()
         if child is None:
             return False
-        batch = _q(
+        batch = query(
             tx.conn,
             "UPDATE pgbus_batches SET done = done + %s, failed = failed + %s WHERE id = %s RETURNING *",
             (int(error is None), int(error is not None), batch_id),
@@ -91,13 +91,26 @@ def record_child(engine: Engine, batch_id: int, position: int, *, result: Any = 
         return True
 
 
+def resend_child(engine: Engine, batch_id: int, position: int) -> str | None:
+    """Give a pending child whose job Redis lost a new job id (the caller sends it). Returns the
+    new id, or None when the child is no longer pending (it was recorded meanwhile)."""
+    new_id = f"pgbus-child-{batch_id}-{position}-{uuid.uuid4().hex[:8]}"
+    with engine.db.connection() as conn:
+        moved = conn.execute(
+            "UPDATE pgbus_batch_children SET job_id = %s, enqueued_at = now() WHERE batch_id = %s"
+            " AND position = %s AND status = 'pending' RETURNING position",
+            (new_id, batch_id, position),
+        ).fetchone()
+    return new_id if moved else None
+
+
 def finish_batch(engine: Engine, tx: Transaction, run: Row, batch: Row) -> None:
-    batch = _q(tx.conn, "UPDATE pgbus_batches SET status = 'finished', finished_at = now() WHERE id = %s"
-               " AND status = 'open' RETURNING *", (batch["id"],)).fetchone()
+    batch = query(tx.conn, "UPDATE pgbus_batches SET status = 'finished', finished_at = now() WHERE id = %s"
+                  " AND status = 'open' RETURNING *", (batch["id"],)).fetchone()
     if batch is None:
         return
     wid = run["workflow_id"]
-    step = _q(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE id = %s", (batch["step_id"],)).fetchone()
+    step = query(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE id = %s", (batch["step_id"],)).fetchone()
     record_event(tx, wid, "fan_out_finished", "system", step=step,
                  details={"batch_id": batch["id"], "done": batch["done"], "failed": batch["failed"],
                           "total": batch["total"]})
@@ -117,7 +130,7 @@ def finish_batch(engine: Engine, tx: Transaction, run: Row, batch: Row) -> None:
             "SELECT result FROM pgbus_batch_children WHERE batch_id = %s ORDER BY position", (batch["id"],))
     ]
     output = {"done": batch["done"], "failed": batch["failed"], "total": batch["total"], "results": results}
-    done = move_step(tx.conn, step["id"], ["waiting"], "completed", finished_at=_now(tx), outcome="completed",
+    done = move_step(tx.conn, step["id"], ["waiting"], "completed", finished_at=now_of(tx), outcome="completed",
                      output=Jsonb(payload.to_json(output)))
     record_event(tx, wid, "step_completed", "system", step=done)
     if run["status"] == "waiting":

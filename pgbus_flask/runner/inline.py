@@ -28,8 +28,8 @@ from psycopg.types.json import Jsonb
 from .. import payload, states
 from ..db import Transaction
 from ..definition import StepSpec
-from .rows import Row, _now, _q, worker_name
-from .scheduling import _route
+from .rows import Row, now_of, query, worker_name
+from .scheduling import route
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -140,13 +140,13 @@ def continue_inline(engine: Engine, tx: Transaction, run: Row, step: Row, klass:
     nxt = klass.next_step(step["step_name"])
     if nxt is None or nxt.wait_for or nxt.wait or nxt.wait_until:
         return None
-    if not_before is not None and not_before > _now(tx):
+    if not_before is not None and not_before > now_of(tx):
         return None
-    queue, _at_front, timeout = _route(engine, klass, nxt.name)
+    queue, _at_front, timeout = route(engine, klass, nxt.name)
     if not budget.allows(queue, timeout.total_seconds()):
         return None
     worker = worker_name()
-    row = _q(tx.conn, _CONTINUE, {
+    row = query(tx.conn, _CONTINUE, {
         "output": Jsonb(output), "done": step["id"], "wid": run["workflow_id"], "cls": run["workflow_class"],
         "step": nxt.name, "timeout": timeout.total_seconds(), "job": job_id, "worker": worker,
         "rev": engine.settings.app_revision, "nothing": Jsonb({}),

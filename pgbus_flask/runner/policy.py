@@ -9,12 +9,12 @@ from .. import states
 from ..db import Transaction
 from .rows import (
     Row,
-    _cancel_open_steps,
-    _consume_signal_of,
-    _now,
+    cancel_open_steps,
+    consume_signal_of,
     message_details,
     move_run,
     move_step,
+    now_of,
     record_event,
     run_ended,
     spec_of,
@@ -56,7 +56,7 @@ def fail_attempt(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow
         else:
             policy = "pause"
     to = "skipped" if active and policy == "skip" else "failed"
-    failed = move_step(tx.conn, step["id"], list(open_from), to, finished_at=_now(tx), outcome=outcome, **error)
+    failed = move_step(tx.conn, step["id"], list(open_from), to, finished_at=now_of(tx), outcome=outcome, **error)
     if failed is None:
         return None
     coded = message_details(error)
@@ -74,16 +74,16 @@ def fail_attempt(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow
                       wait_until_pending=retries_wait_until(spec, error.get("error_code")))
         return "reattempted"
     if policy == "cancel":
-        _cancel_open_steps(tx.conn, wid)
-        ended = move_run(tx.conn, wid, states.ONGOING, "cancelled", finished_at=_now(tx))
+        cancel_open_steps(tx.conn, wid)
+        ended = move_run(tx.conn, wid, states.ONGOING, "cancelled", finished_at=now_of(tx))
         record_event(tx, wid, "cancelled", actor, reason=summary, step=failed, details=coded)
         run_ended(engine, tx, ended)
         return "cancelled"
     if policy == "skip":
-        _consume_signal_of(tx.conn, failed)
+        consume_signal_of(tx.conn, failed)
         record_event(tx, wid, "step_skipped", actor, reason=summary, step=failed, details=coded)
         advance(engine, tx, run, klass, step["step_name"], actor=actor)
         return "skipped"
-    move_run(tx.conn, wid, ["running", "waiting"], "paused", paused_at=_now(tx))
+    move_run(tx.conn, wid, ["running", "waiting"], "paused", paused_at=now_of(tx))
     record_event(tx, wid, "paused", actor, reason=summary, step=failed, details=coded)
     return "failed"

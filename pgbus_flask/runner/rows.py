@@ -94,7 +94,7 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _q(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:
+def query(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:
     return conn.cursor(row_factory=dict_row).execute(sql, params)  # type: ignore[arg-type]
 
 
@@ -111,12 +111,12 @@ def lock_run(tx: Transaction, workflow_id: Any, *, attempt: int | None = None) -
     ).fetchone()
     if row is None:
         raise WorkflowNotFound(workflow_id)
-    _set_now(tx, row["tx_now"])
+    remember_now(tx, row["tx_now"])
     return row  # type: ignore[no-any-return]
 
 
 def latest_step(conn: psycopg.Connection[Any], workflow_id: Any) -> Row | None:
-    return _q(  # type: ignore[no-any-return]
+    return query(  # type: ignore[no-any-return]
         conn, "SELECT * FROM pgbus_workflow_steps WHERE workflow_id = %s ORDER BY id DESC LIMIT 1", (workflow_id,)
     ).fetchone()
 
@@ -136,7 +136,7 @@ def move_run(conn: psycopg.Connection[Any], workflow_id: Any, from_: Sequence[st
         "UPDATE pgbus_workflows SET status = %(to)s, updated_at = now()" + (", " + sets if sets else "")
         + " WHERE workflow_id = %(wid)s AND status = ANY(%(from)s) RETURNING *"
     )
-    return _q(conn, sql, {"to": to, "wid": workflow_id, "from": list(from_), **cols}).fetchone()  # type: ignore
+    return query(conn, sql, {"to": to, "wid": workflow_id, "from": list(from_), **cols}).fetchone()  # type: ignore
 
 
 def move_step(conn: psycopg.Connection[Any], step_id: int, from_: Sequence[str], to: str, **cols: Any) -> Row | None:
@@ -146,7 +146,7 @@ def move_step(conn: psycopg.Connection[Any], step_id: int, from_: Sequence[str],
         "UPDATE pgbus_workflow_steps SET status = %(to)s" + (", " + sets if sets else "")
         + " WHERE id = %(id)s AND status = ANY(%(from)s) RETURNING *"
     )
-    return _q(conn, sql, {"to": to, "id": step_id, "from": list(from_), **cols}).fetchone()  # type: ignore
+    return query(conn, sql, {"to": to, "id": step_id, "from": list(from_), **cols}).fetchone()  # type: ignore
 
 
 def record_event(
@@ -230,11 +230,11 @@ def _root(tx: Transaction) -> Transaction:
     return tx
 
 
-def _set_now(tx: Transaction, now: datetime) -> None:
+def remember_now(tx: Transaction, now: datetime) -> None:
     _root(tx).now = now
 
 
-def _now(tx: Transaction) -> datetime:
+def now_of(tx: Transaction) -> datetime:
     """PostgreSQL's now(): the transaction's start time, read once per transaction."""
     root = _root(tx)
     if root.now is None:
@@ -242,7 +242,7 @@ def _now(tx: Transaction) -> datetime:
     return root.now
 
 
-def _consume_signal_of(conn: psycopg.Connection[Any], step: Row) -> None:
+def consume_signal_of(conn: psycopg.Connection[Any], step: Row) -> None:
     """The signal held by ``step``'s attempts (if any) is consumed: the step has ended."""
     conn.execute(
         "UPDATE pgbus_workflow_signals SET status = 'consumed', consumed_at = now()"
@@ -252,16 +252,16 @@ def _consume_signal_of(conn: psycopg.Connection[Any], step: Row) -> None:
     )
 
 
-def _cancel_open_steps(conn: psycopg.Connection[Any], workflow_id: Any) -> None:
+def cancel_open_steps(conn: psycopg.Connection[Any], workflow_id: Any) -> None:
     conn.execute(
         "UPDATE pgbus_workflow_steps SET status = 'cancelled', outcome = 'cancelled', finished_at = now()"
         " WHERE workflow_id = %s AND status = ANY(%s)",
         (workflow_id, list(states.OPEN_STEP)),
     )
-    _close_open_batches(conn, workflow_id)
+    close_open_batches(conn, workflow_id)
 
 
-def _close_open_batches(conn: psycopg.Connection[Any], workflow_id: Any) -> None:
+def close_open_batches(conn: psycopg.Connection[Any], workflow_id: Any) -> None:
     """The open step's batch is closed with it (a run has at most one open step): its
     remaining children will not run, and the sweep stops looking at it."""
     conn.execute("UPDATE pgbus_batches SET status = 'finished', finished_at = now()"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .. import attention, states
 from ..db import Transaction
 from ..errors import UnknownWorkflow
-from .rows import Row, _now, _q, load_class, move_run, record_event, run_ended, spec_of
+from .rows import Row, load_class, move_run, now_of, query, record_event, run_ended, spec_of
 
 if TYPE_CHECKING:
     from ..definition import StepSpec
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..workflow import Workflow
 
 
-def _route(engine: Engine, klass: type[Workflow] | None, step_name: str) -> tuple[str, bool, timedelta]:
+def route(engine: Engine, klass: type[Workflow] | None, step_name: str) -> tuple[str, bool, timedelta]:
     """Queue, at-front and timeout of a step's job: the step's options, then the class's, then the settings'."""
     spec = spec_of(klass, step_name)
     queue = (spec.queue if spec else None) or (klass.queue if klass else None) or engine.settings.queue
@@ -53,7 +53,7 @@ def next_send(step: Row) -> dict[str, Any]:
 def _step_job(engine: Engine, klass: type[Workflow] | None, step: Row, replaces: str | None = None) -> StepJob:
     from ..engine import StepJob
 
-    queue, at_front, timeout = _route(engine, klass, step["step_name"])
+    queue, at_front, timeout = route(engine, klass, step["step_name"])
     description = f"{step['workflow_class']}.{step['step_name']} #{step['attempt']} (run {step['workflow_id']})"
     return StepJob(step["id"], step["job_id"], queue, step["scheduled_at"], at_front, timeout, description,
                    replaces=replaces if replaces != step["job_id"] else None)
@@ -64,8 +64,8 @@ def send(engine: Engine, klass: type[Workflow] | None, step: Row) -> None:
     engine.send_step(_step_job(engine, klass, step))
 
 
-def _send_after_commit(engine: Engine, tx: Transaction, klass: type[Workflow] | None, step: Row, *,
-                       replaces: str | None = None) -> None:
+def send_after_commit(engine: Engine, tx: Transaction, klass: type[Workflow] | None, step: Row, *,
+                      replaces: str | None = None) -> None:
     """Send ``step``'s job once ``tx`` commits (never if it rolls back), withdrawing the job it
     ``replaces`` if that one is still queued or scheduled."""
     job = _step_job(engine, klass, step, replaces)
@@ -91,7 +91,7 @@ def schedule_step(
     evaluated, by its job (see attempt.py). ``set_current=False`` when the caller already set the
     run's current step."""
     # The row's id is drawn first so that its first job id (step_job_id(id, 1)) is written with it.
-    step = _q(
+    step = query(
         tx.conn,
         """
         INSERT INTO pgbus_workflow_steps (id, workflow_id, workflow_class, step_name, attempt, status,
@@ -112,10 +112,10 @@ def schedule_step(
             "UPDATE pgbus_workflows SET current_step = %s, updated_at = now() WHERE workflow_id = %s",
             (step_name, run["workflow_id"]),
         )
-    later = (delay or at is not None) and step["scheduled_at"] > _now(tx)
+    later = (delay or at is not None) and step["scheduled_at"] > now_of(tx)
     record_event(tx, run["workflow_id"], "step_scheduled", actor, reason=reason, step=step,
                  details={"scheduled_at": step["scheduled_at"]} if later else None)
-    _send_after_commit(engine, tx, klass, step)
+    send_after_commit(engine, tx, klass, step)
     return step  # type: ignore[no-any-return]
 
 
@@ -126,7 +126,7 @@ def resend_step(engine: Engine, tx: Transaction, klass: type[Workflow] | None, s
     still waiting. None if ``step`` (as read under the run's lock) is no longer scheduled or
     was sent again meanwhile."""
     send = next_send(step)
-    row = _q(
+    row = query(
         tx.conn,
         "UPDATE pgbus_workflow_steps SET enqueued_at = now(), sends = %s, job_id = %s,"
         " scheduled_at = COALESCE(%s, scheduled_at), wait_until_pending = wait_until_pending AND %s"
@@ -134,7 +134,7 @@ def resend_step(engine: Engine, tx: Transaction, klass: type[Workflow] | None, s
         (send["sends"], send["job_id"], at, at is None, step["id"], step["sends"]),
     ).fetchone()
     if row is not None:
-        _send_after_commit(engine, tx, klass, row, replaces=step["job_id"])
+        send_after_commit(engine, tx, klass, row, replaces=step["job_id"])
     return row  # type: ignore[no-any-return]
 
 
@@ -147,7 +147,7 @@ def resend_lost(engine: Engine, lost: Sequence[tuple[int, int, str | None]]) -> 
     if not lost:
         return 0
     with engine.db.transaction() as tx:
-        rows = _q(
+        rows = query(
             tx.conn,
             """
             UPDATE pgbus_workflow_steps s
@@ -186,13 +186,13 @@ def advance(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow] | N
     if nxt is None and klass is None:
         raise UnknownWorkflow(run["workflow_class"])
     if nxt is None:
-        moved = move_run(tx.conn, wid, states.ONGOING, "finished", finished_at=_now(tx), paused_at=None)
+        moved = move_run(tx.conn, wid, states.ONGOING, "finished", finished_at=now_of(tx), paused_at=None)
         record_event(tx, wid, "finished", actor)
         run_ended(engine, tx, moved)
         return moved or run
     at = not_before
     if nxt.wait is not None:
-        waited = (ended_at or _now(tx)) + nxt.wait
+        waited = (ended_at or now_of(tx)) + nxt.wait
         at = waited if at is None else max(at, waited)
     step = schedule_step(engine, tx, run, klass, nxt.name, actor=actor, at=at,
                          wait_until_pending=nxt.wait_until is not None, set_current=False)

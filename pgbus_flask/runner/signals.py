@@ -11,10 +11,10 @@ from psycopg.types.json import Jsonb
 from .. import payload, states
 from ..db import Transaction
 from ..errors import ArgumentsNotSerializable, SignalRefused, StepNotDefined, TooManyPendingSignals
-from .allowed import _check
-from .attempt import _held_or_claim_signal
-from .rows import Row, _now, _q, cap, check_who, latest_step, load_class, move_run, move_step, record_event
-from .scheduling import _send_after_commit, next_send
+from .allowed import check_allowed
+from .attempt import held_or_claim_signal
+from .rows import Row, cap, check_who, latest_step, load_class, move_run, move_step, now_of, query, record_event
+from .scheduling import next_send, send_after_commit
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -59,8 +59,8 @@ def send_signal(engine: Engine, workflow_id: Any, name: str, data: Any = None, *
     except ArgumentsNotSerializable as exc:
         raise SignalRefused(str(exc), "payload") from None
     with engine.db.transaction() as tx:
-        run, _latest, _klass = _check(engine, tx, "signal", workflow_id)
-        # Under the run's row lock (taken by _check), which every signal to it takes first: no other
+        run, _latest, _klass = check_allowed(engine, tx, "signal", workflow_id)
+        # Under the run's row lock (taken by check_allowed), which every signal to it takes first: no other
         # signal can be stored between this count and the insert. A redelivery is answered first.
         if idempotency_key is not None:
             existing = _stored(tx, workflow_id, idempotency_key)
@@ -68,11 +68,12 @@ def send_signal(engine: Engine, workflow_id: Any, name: str, data: Any = None, *
                 return _signal_result(existing, True)
         limit = engine.settings.max_pending_signals
         # Counted up to the limit only (an index-only range of pgbus_workflow_signals_pending).
-        pending = _q(tx.conn, "SELECT count(*) AS n FROM (SELECT 1 FROM pgbus_workflow_signals WHERE workflow_id = %s"
-                              " AND status = 'pending' LIMIT %s) p", (workflow_id, limit)).fetchone()["n"]
+        pending = query(tx.conn, "SELECT count(*) AS n FROM (SELECT 1 FROM pgbus_workflow_signals"
+                                 " WHERE workflow_id = %s AND status = 'pending' LIMIT %s) p",
+                        (workflow_id, limit)).fetchone()["n"]
         if pending >= limit:
             raise TooManyPendingSignals(workflow_id, limit)
-        row = _q(
+        row = query(
             tx.conn,
             "INSERT INTO pgbus_workflow_signals (workflow_id, name, payload, idempotency_key, status, sent_by)"
             " VALUES (%s, %s, %s, %s, 'pending', %s)"
@@ -86,17 +87,17 @@ def send_signal(engine: Engine, workflow_id: Any, name: str, data: Any = None, *
         record_event(tx, workflow_id, "signal_received", actor, reason=reason,
                      details={"signal": name, "signal_id": row["id"]})
         if run["status"] == "waiting":
-            row = _deliver_to_waiting_step(engine, tx, run, name) or row
+            row = deliver_to_waiting_step(engine, tx, run, name) or row
         return _signal_result(row, False)
 
 
 def _stored(tx: Transaction, workflow_id: Any, idempotency_key: str | None) -> Row | None:
     """The signal stored for this run under ``idempotency_key``, if any."""
-    return _q(tx.conn, "SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s AND idempotency_key = %s",
-              (workflow_id, idempotency_key)).fetchone()
+    return query(tx.conn, "SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s AND idempotency_key = %s",
+                 (workflow_id, idempotency_key)).fetchone()
 
 
-def _deliver_to_waiting_step(engine: Engine, tx: Transaction, run: Row, name: str) -> Row | None:
+def deliver_to_waiting_step(engine: Engine, tx: Transaction, run: Row, name: str) -> Row | None:
     """If the run's step waits for ``name``, claim the oldest pending one and send the step."""
     step = latest_step(tx.conn, run["workflow_id"])
     if step is None or step["status"] != "waiting" or step["batch_id"] is not None:
@@ -110,15 +111,15 @@ def _deliver_to_waiting_step(engine: Engine, tx: Transaction, run: Row, name: st
         return None
     if spec.wait_for != name:
         return None
-    signal, claimed = _held_or_claim_signal(tx.conn, step, name)
+    signal, claimed = held_or_claim_signal(tx.conn, step, name)
     if signal is None:
         return None
     if claimed:
         record_event(tx, run["workflow_id"], "signal_claimed", "system", step=step,
                      details={"signal": name, "signal_id": signal["id"]})
-    woken = move_step(tx.conn, step["id"], ["waiting"], "scheduled", scheduled_at=_now(tx), enqueued_at=_now(tx),
+    woken = move_step(tx.conn, step["id"], ["waiting"], "scheduled", scheduled_at=now_of(tx), enqueued_at=now_of(tx),
                       **next_send(step))
     move_run(tx.conn, run["workflow_id"], ["waiting"], "ready")
     if woken is not None:
-        _send_after_commit(engine, tx, klass, woken)
+        send_after_commit(engine, tx, klass, woken)
     return signal

@@ -13,8 +13,8 @@ from psycopg.types.json import Jsonb
 from .. import payload, states
 from ..db import current_transaction
 from ..errors import InvalidInput, PgbusError, SubjectConflict
-from .rows import Row, _q, cap
-from .scheduling import JOB_PREFIX, _send_after_commit, send
+from .rows import Row, cap, query
+from .scheduling import JOB_PREFIX, send, send_after_commit
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -87,13 +87,13 @@ def start(
     with engine.db.transaction(conn) as tx:
         try:
             with tx.conn.transaction():  # a savepoint: the application's transaction stays usable
-                run = _q(tx.conn, _START, values).fetchone()
+                run = query(tx.conn, _START, values).fetchone()
         except psycopg.errors.UniqueViolation:
             raise _conflict(tx.conn, klass, subject_type, subject_id) from None
         if run is None:
             return Started(_existing(tx.conn, klass, idempotency_key), None, None, None)
-        first = _q(tx.conn, _FIRST, (workflow_id,)).fetchone()
-        _send_after_commit(engine, tx, klass, first)
+        first = query(tx.conn, _FIRST, (workflow_id,)).fetchone()
+        send_after_commit(engine, tx, klass, first)
         return Started(workflow_id, run, first, klass)
 
 
@@ -149,8 +149,8 @@ def _start_alone(engine: Engine, klass: type[Workflow], values: dict[str, Any]) 
         try:
             with conn.pipeline():
                 conn.execute("BEGIN")
-                run_cursor = _q(conn, _START, values)
-                first_cursor = _q(conn, _FIRST, (values["wid"],))
+                run_cursor = query(conn, _START, values)
+                first_cursor = query(conn, _FIRST, (values["wid"],))
                 conn.execute("COMMIT")
         except BaseException as exc:
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:

@@ -10,24 +10,24 @@ import psycopg
 from .. import payload, states
 from ..db import Transaction
 from ..errors import ActionNotAllowed, InvalidInput, SubjectConflict
-from .allowed import ResumePlan, _check, outdated, resume_plan
+from .allowed import ResumePlan, check_allowed, outdated, resume_plan
 from .children import cancel_run
 from .rows import (
     RESCHEDULE_EARLIEST,
     RESCHEDULE_LATEST,
     Row,
-    _cancel_open_steps,
-    _close_open_batches,
-    _consume_signal_of,
-    _now,
-    _q,
+    cancel_open_steps,
     check_who,
+    close_open_batches,
+    consume_signal_of,
     move_run,
     move_step,
+    now_of,
+    query,
     record_event,
 )
 from .scheduling import advance, resend_step, retries_wait_until, schedule_step
-from .signals import _deliver_to_waiting_step
+from .signals import deliver_to_waiting_step
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -37,15 +37,15 @@ if TYPE_CHECKING:
 def pause(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> None:
     check_who(actor, reason)
     with engine.db.transaction() as tx:
-        _run, latest, _ = _check(engine, tx, "pause", workflow_id)
-        move_run(tx.conn, workflow_id, states.ALLOWED_FROM["pause"], "paused", paused_at=_now(tx))
+        _run, latest, _ = check_allowed(engine, tx, "pause", workflow_id)
+        move_run(tx.conn, workflow_id, states.ALLOWED_FROM["pause"], "paused", paused_at=now_of(tx))
         record_event(tx, workflow_id, "paused", actor, reason=reason, step=latest)
 
 
 def resume(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> ResumePlan:
     check_who(actor, reason)
     with engine.db.transaction() as tx:
-        run, latest, klass = _check(engine, tx, "resume", workflow_id)
+        run, latest, klass = check_allowed(engine, tx, "resume", workflow_id)
         plan = resume_plan(run, latest, klass)
         assert plan is not None and klass is not None
         record_event(tx, workflow_id, "resumed", actor, reason=reason, step=latest,
@@ -86,19 +86,19 @@ def _keep_waiting(engine: Engine, tx: Transaction, run: Row, klass: type[Workflo
     if moved is not None and step["batch_id"] is None:
         spec = klass.step_spec(step["step_name"])
         if spec.wait_for:
-            _deliver_to_waiting_step(engine, tx, moved, spec.wait_for)
+            deliver_to_waiting_step(engine, tx, moved, spec.wait_for)
 
 
 def resume_at(engine: Engine, workflow_id: Any, step_name: str, *, actor: str = "app",
               reason: str | None = None) -> None:
     check_who(actor, reason)
     with engine.db.transaction() as tx:
-        run, latest, klass = _check(engine, tx, "resume_at", workflow_id)
+        run, latest, klass = check_allowed(engine, tx, "resume_at", workflow_id)
         assert klass is not None
         klass.step_spec(step_name)
         if outdated(run, klass):  # the step chosen is one of the current definition's
             _adopt_definition(tx, run, klass, actor, reason)
-        _cancel_open_steps(tx.conn, workflow_id)
+        cancel_open_steps(tx.conn, workflow_id)
         move_run(tx.conn, workflow_id, states.ONGOING, "ready", paused_at=None)
         record_event(tx, workflow_id, "resumed", actor, reason=reason, step=latest,
                      details={"plan": "resume_at", "step": step_name})
@@ -111,7 +111,7 @@ def upgrade(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str
     exists (resume it at a step of the current definition instead, or cancel it)."""
     check_who(actor, reason)
     with engine.db.transaction() as tx:
-        run, _latest, klass = _check(engine, tx, "upgrade", workflow_id)
+        run, _latest, klass = check_allowed(engine, tx, "upgrade", workflow_id)
         assert klass is not None
         _adopt_definition(tx, run, klass, actor, reason)
 
@@ -127,9 +127,9 @@ def _adopt_definition(tx: Transaction, run: Row, klass: type[Workflow], actor: s
 def run_now(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> None:
     check_who(actor, reason)
     with engine.db.transaction() as tx:
-        _run, latest, klass = _check(engine, tx, "run_now", workflow_id)
+        _run, latest, klass = check_allowed(engine, tx, "run_now", workflow_id)
         assert latest is not None
-        sent = resend_step(engine, tx, klass, latest, at=_now(tx))
+        sent = resend_step(engine, tx, klass, latest, at=now_of(tx))
         record_event(tx, workflow_id, "run_now", actor, reason=reason, step=sent)
 
 
@@ -147,7 +147,7 @@ def reschedule(engine: Engine, workflow_id: Any, at: datetime, *, actor: str = "
         raise InvalidInput("at", f"must be between {RESCHEDULE_EARLIEST:%Y-%m-%d} and {RESCHEDULE_LATEST:%Y-%m-%d} "
                                  f"(UTC), got {at.isoformat()}")
     with engine.db.transaction() as tx:
-        _run, latest, klass = _check(engine, tx, "reschedule", workflow_id)
+        _run, latest, klass = check_allowed(engine, tx, "reschedule", workflow_id)
         assert latest is not None
         sent = resend_step(engine, tx, klass, latest, at=at)
         record_event(tx, workflow_id, "rescheduled", actor, reason=reason, step=sent,
@@ -157,21 +157,21 @@ def reschedule(engine: Engine, workflow_id: Any, at: datetime, *, actor: str = "
 def skip(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> None:
     check_who(actor, reason)
     with engine.db.transaction() as tx:
-        run, latest, klass = _check(engine, tx, "skip", workflow_id)
+        run, latest, klass = check_allowed(engine, tx, "skip", workflow_id)
         assert klass is not None
         if latest is None:
             raise ActionNotAllowed("skip", run["status"], [], "it has no step")
         if latest["status"] in states.OPEN_STEP or latest["status"] in ("failed", "cancelled"):
-            skipped = move_step(tx.conn, latest["id"], [latest["status"]], "skipped", finished_at=_now(tx),
+            skipped = move_step(tx.conn, latest["id"], [latest["status"]], "skipped", finished_at=now_of(tx),
                                 outcome=latest["outcome"] or "skipped")
-            _close_open_batches(tx.conn, workflow_id)
+            close_open_batches(tx.conn, workflow_id)
             name = latest["step_name"]
         else:
             # Paused after its step completed: skip the step resume would run next.
             nxt = klass.next_step(latest["step_name"])
             assert nxt is not None  # available_actions refused skip when the last step already ended
             move_run(tx.conn, workflow_id, ["paused"], "paused", current_step=nxt.name)
-            skipped = _q(tx.conn, """
+            skipped = query(tx.conn, """
                 INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status,
                     scheduled_at, finished_at, outcome)
                 SELECT %(wid)s, %(cls)s, %(step)s, COALESCE(MAX(attempt), 0) + 1, 'skipped', now(), now(), 'skipped'
@@ -180,7 +180,7 @@ def skip(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | 
             name = nxt.name
         assert skipped is not None
         klass.step_spec(name)
-        _consume_signal_of(tx.conn, skipped)
+        consume_signal_of(tx.conn, skipped)
         record_event(tx, workflow_id, "step_skipped", actor, reason=reason, step=skipped)
         advance(engine, tx, run, klass, name, actor=actor)
 
@@ -189,7 +189,7 @@ def rerun(engine: Engine, workflow_id: Any, step_name: str | None = None, *, act
           reason: str | None = None) -> None:
     check_who(actor, reason)
     with engine.db.transaction() as tx:
-        run, _latest, klass = _check(engine, tx, "rerun", workflow_id)
+        run, _latest, klass = check_allowed(engine, tx, "rerun", workflow_id)
         assert klass is not None
         name = klass.step_spec(step_name).name if step_name else klass.steps[0].name
         try:
@@ -204,5 +204,5 @@ def rerun(engine: Engine, workflow_id: Any, step_name: str | None = None, *, act
 def cancel(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> None:
     check_who(actor, reason)
     with engine.db.transaction() as tx:
-        run, _latest, _klass = _check(engine, tx, "cancel", workflow_id)
+        run, _latest, _klass = check_allowed(engine, tx, "cancel", workflow_id)
         cancel_run(engine, tx, run, actor=actor, reason=reason)
