@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import getpass
 import json
-import re
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -23,46 +22,21 @@ import click
 from flask import current_app
 from flask.cli import with_appcontext
 
-from . import payload, queries, runner, schedules, states
+from . import payload, queries, schedules, states
 from .engine import Engine
 from .errors import InvalidInput, PgbusError, StepNotDefined
 from .handle import Run
+from .present.text import error_text, moment, terminal_safe
+from .runner import ResumePlan
+from .verbs import BULK_ACTIONS, MOMENT, RUN_VERBS, Verb
 
-# C0 and C1 controls (escape sequences, cursor moves, 8-bit CSI), DEL, the bidi marks,
-# embeddings, overrides and isolates, line/paragraph separators, and lone surrogates
-# (which a UTF-8 terminal cannot be sent at all).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-#: Longer error messages are cut (a 100 kB name must not flood the terminal).
-MESSAGE_LIMIT = 500
 # What the caller got wrong (exit status 2); every other pgbus error exits with 1.
 _BAD_INPUT = (InvalidInput, StepNotDefined)
-
-
-def _escape_char(match: re.Match[str]) -> str:
-    char = match.group()
-    return _NAMED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
-
-
-def terminal_safe(text: Any) -> str:
-    """``text`` with every character that could move the cursor, clear or recolour the screen,
-    or reorder the line written as a visible escape (``\\x1b``, ``\\u202e``)."""
-    return _UNSAFE.sub(_escape_char, str(text))
+_message = error_text
 
 
 def _echo(line: str) -> None:
     click.echo(terminal_safe(line))
-
-
-def _message(exc: Exception | str) -> str:
-    text = terminal_safe(exc)
-    if len(text) > MESSAGE_LIMIT:
-        text = f"{text[:MESSAGE_LIMIT]}... ({len(text) - MESSAGE_LIMIT:,} more characters)"
-    return text
-
-
-#: The one line a refused command is told in; the MCP server says its refusals with it too.
-error_text = _message
 
 
 class BadInput(click.ClickException):
@@ -207,61 +181,41 @@ def show_cmd(workflow_id: str) -> None:
         _echo(f"    {e['created_at']:%Y-%m-%d %H:%M:%S}  {e['event']} by {e['actor']}{step}{why}")
 
 
-def _quoted(value: str, limit: int = 60) -> str:
-    shown = repr(value)
-    return shown if len(shown) <= limit else shown[:limit] + "...'"
-
-
 class _Moment(click.ParamType):
-    """An ISO 8601 date and time with a timezone that PostgreSQL can store."""
+    """An ISO 8601 date and time with a timezone that PostgreSQL can store (:func:`pgbus_flask.present.moment`)."""
 
     name = "datetime"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
-        if isinstance(value, datetime):
-            return value
-        example = "such as 2030-01-01T09:00+00:00"
         try:
-            at = datetime.fromisoformat(value)
-        except (TypeError, ValueError):
-            self.fail(f"{_quoted(value)} is not an ISO 8601 date and time ({example})", param, ctx)
-        if at.utcoffset() is None:
-            self.fail(f"{_quoted(value)} has no timezone ({example})", param, ctx)
-        try:
-            at.astimezone(timezone.utc)
-        except OverflowError:
-            self.fail(f"{_quoted(value)} is out of range once converted to UTC", param, ctx)
-        return at
+            return moment(value)
+        except InvalidInput as exc:
+            self.fail(exc.problem, param, ctx)
 
 
-def _verb(name: str, help_text: str, extra: list[Any] | None = None) -> None:
+def _verb_command(verb: Verb) -> None:
+    """The command of one verb of the table: its parameters as arguments (required) or options."""
     def command(workflow_id: str, reason: str | None, **params: Any) -> None:
         run = _run(workflow_id)
-        result = run.act(name.replace("-", "_"), actor=_actor(), reason=reason, **params)
-        if name == "resume":
+        result = run.act(verb.name, actor=_actor(), reason=reason, **params)
+        if isinstance(result, ResumePlan):
             _echo(f"resumed: {result.action} {result.step or ''}".rstrip())
         _echo(f"{run.workflow_id}: {run.status} at {run.current_step}")
 
-    command.__name__ = name.replace("-", "_") + "_cmd"
-    command.__doc__ = help_text + " WORKFLOW_ID is a run's id or a unique prefix of it."
+    command.__name__ = f"{verb.name}_cmd"
+    command.__doc__ = verb.help + " WORKFLOW_ID is a run's id or a unique prefix of it."
     decorated: Any = click.option("--reason", help="why (recorded in the audit trail)")(command)
-    for option in extra or []:
+    for param in verb.params:
+        kind = _Moment() if param.kind == MOMENT else None
+        option = click.argument(param.name, type=kind) if param.required else \
+            click.option(f"--{param.name}", default=None, type=kind)
         decorated = option(decorated)
     decorated = click.argument("workflow_id")(decorated)
-    pgbus_cli.command(name)(with_appcontext(decorated))
+    pgbus_cli.command(verb.command)(with_appcontext(decorated))
 
 
-_verb("pause", "Pause a run.")
-_verb("resume", "Resume a paused run (what its resume plan says).")
-_verb("resume-at", "Cancel the open step and run STEP fresh.", [click.argument("step")])
-_verb("run-now", "Send a run's future step now.")
-_verb("reschedule", "Move a ready run's step to AT (ISO 8601 with a timezone).",
-      [click.argument("at", type=_Moment())])
-_verb("skip", "Skip the current step.")
-_verb("rerun", "Run a finished or cancelled run again, from its first step or --step.",
-      [click.option("--step", default=None)])
-_verb("cancel", "Cancel a run.")
-_verb("upgrade", "Continue a run that started on an older definition of its class on the current one.")
+for _declared in RUN_VERBS:
+    _verb_command(_declared)
 
 
 @pgbus_cli.command("signal")
@@ -306,7 +260,7 @@ def attention_cmd(workflow_class: str | None) -> None:
 
 
 @pgbus_cli.command("bulk")
-@click.argument("action", type=click.Choice(states.BULK_ACTIONS))
+@click.argument("action", type=click.Choice(BULK_ACTIONS))
 @click.option("--class", "workflow_class", required=True)
 @click.option("--step", required=True)
 @click.option("--reason-of-group", "stuck", required=True, type=click.Choice(states.STUCK_REASONS),
@@ -319,23 +273,13 @@ def bulk_cmd(action: str, workflow_class: str, step: str, stuck: str, error_clas
     """Resume, skip or cancel every run of one attention group (at most 500, oldest first)."""
     engine = _engine()
     ids = queries.attention_ids(engine, workflow_class, step, stuck, error_class)
-    moved = refused = 0
-    first_refusal = ""
-    actor = _actor()
-    verb = getattr(runner, action)
     with click.progressbar(ids, label=f"{action} {_runs(len(ids))}") as bar:
-        for workflow_id in bar:
-            try:
-                verb(engine, workflow_id, actor=actor, reason=reason)
-                moved += 1
-            except _BAD_INPUT:
-                raise  # the same input is refused for every run: stop at the first, nothing changed
-            except PgbusError as exc:
-                refused += 1
-                first_refusal = first_refusal or f"{workflow_id}: {_message(exc)}"
-    click.echo(f"{action}: {moved} moved, {refused} refused")
-    if first_refusal:
-        click.echo(f"first refused: {first_refusal}")
+        # the same input is refused for every run: stop at the first, nothing changed
+        result = queries.act_on_each(engine, action, bar, actor=_actor(), reason=reason, stop_on_bad_input=True)
+    click.echo(f"{action}: {result.moved} moved, {result.refused} refused")
+    if result.errors:
+        workflow_id, message = next(iter(result.errors.items()))
+        click.echo(f"first refused: {workflow_id}: {_message(message)}")
 
 
 def _when(moment: datetime | None) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import orm, payload, runner, states
+from . import orm, payload, runner, states, verbs
 from .engine import Engine
 from .errors import WorkflowNotFound
 from .runner import ResumePlan, Row, SignalResult
@@ -348,61 +348,45 @@ class Run:
         with orm.session_transaction(self.engine.db, session):
             yield
 
-    def pause(self, *, actor: str = "app", reason: str | None = None,
-              session: Any = None) -> Run:
+    def _verb(self, name: str, session: Any, *args: Any, actor: str, reason: str | None) -> Any:
+        """Do the verb ``name`` of the table (:mod:`pgbus_flask.verbs`) through the runner's function of that
+        name, then refresh: its result when the table says it returns one (resume's plan), else this handle."""
+        declared = verbs.verb(name)
         with self._joined(session):
-            runner.pause(self.engine, self.workflow_id, actor=actor, reason=reason)
-            return self._done()
-
-    def resume(self, *, actor: str = "app", reason: str | None = None,
-               session: Any = None) -> ResumePlan:
-        with self._joined(session):
-            plan = runner.resume(self.engine, self.workflow_id, actor=actor, reason=reason)
+            result = getattr(runner.verbs, name)(self.engine, self.workflow_id, *args, actor=actor, reason=reason)
             self._done()
-            return plan
+        return result if declared.returns == verbs.PLAN else self
 
-    def resume_at(self, step: str, *, actor: str = "app", reason: str | None = None,
-                  session: Any = None) -> Run:
-        with self._joined(session):
-            runner.resume_at(self.engine, self.workflow_id, step, actor=actor, reason=reason)
-            return self._done()
+    def pause(self, *, actor: str = "app", reason: str | None = None, session: Any = None) -> Run:
+        return self._verb("pause", session, actor=actor, reason=reason)  # type: ignore[no-any-return]
 
-    def run_now(self, *, actor: str = "app", reason: str | None = None,
-                session: Any = None) -> Run:
-        with self._joined(session):
-            runner.run_now(self.engine, self.workflow_id, actor=actor, reason=reason)
-            return self._done()
+    def resume(self, *, actor: str = "app", reason: str | None = None, session: Any = None) -> ResumePlan:
+        return self._verb("resume", session, actor=actor, reason=reason)  # type: ignore[no-any-return]
+
+    def resume_at(self, step: str, *, actor: str = "app", reason: str | None = None, session: Any = None) -> Run:
+        return self._verb("resume_at", session, step, actor=actor, reason=reason)  # type: ignore[no-any-return]
+
+    def run_now(self, *, actor: str = "app", reason: str | None = None, session: Any = None) -> Run:
+        return self._verb("run_now", session, actor=actor, reason=reason)  # type: ignore[no-any-return]
 
     def reschedule(self, at: datetime, *, actor: str = "app", reason: str | None = None,
                    session: Any = None) -> Run:
-        with self._joined(session):
-            runner.reschedule(self.engine, self.workflow_id, at, actor=actor, reason=reason)
-            return self._done()
+        return self._verb("reschedule", session, at, actor=actor, reason=reason)  # type: ignore[no-any-return]
 
-    def skip(self, *, actor: str = "app", reason: str | None = None,
-             session: Any = None) -> Run:
-        with self._joined(session):
-            runner.skip(self.engine, self.workflow_id, actor=actor, reason=reason)
-            return self._done()
+    def skip(self, *, actor: str = "app", reason: str | None = None, session: Any = None) -> Run:
+        return self._verb("skip", session, actor=actor, reason=reason)  # type: ignore[no-any-return]
 
     def rerun(self, step: str | None = None, *, actor: str = "app", reason: str | None = None,
               session: Any = None) -> Run:
-        with self._joined(session):
-            runner.rerun(self.engine, self.workflow_id, step, actor=actor, reason=reason)
-            return self._done()
+        return self._verb("rerun", session, step, actor=actor, reason=reason)  # type: ignore[no-any-return]
 
-    def cancel(self, *, actor: str = "app", reason: str | None = None,
-               session: Any = None) -> Run:
-        with self._joined(session):
-            runner.cancel(self.engine, self.workflow_id, actor=actor, reason=reason)
-            return self._done()
+    def cancel(self, *, actor: str = "app", reason: str | None = None, session: Any = None) -> Run:
+        return self._verb("cancel", session, actor=actor, reason=reason)  # type: ignore[no-any-return]
 
     def upgrade(self, *, actor: str = "app", reason: str | None = None, session: Any = None) -> Run:
         """Continue this run, started on an older definition of its class, on the current one
         (see :attr:`definition_outdated`); refused when its current step no longer exists."""
-        with self._joined(session):
-            runner.upgrade(self.engine, self.workflow_id, actor=actor, reason=reason)
-            return self._done()
+        return self._verb("upgrade", session, actor=actor, reason=reason)  # type: ignore[no-any-return]
 
     def signal(self, name: str, payload: Any = None, *, idempotency_key: str | None = None, actor: str = "app",
                reason: str | None = None, session: Any = None) -> SignalResult:
@@ -413,10 +397,7 @@ class Run:
         return result
 
     def act(self, action: str, *, actor: str = "app", reason: str | None = None, **params: Any) -> Any:
-        """Call the verb named ``action`` (what the CLI and the dashboard use)."""
-        from .errors import PgbusError
-        from .states import ACTIONS
-
-        if action not in ACTIONS:
-            raise PgbusError(f"unknown action {action!r} (known: {', '.join(ACTIONS)})")
+        """Call the verb named ``action`` with ``params`` (its parameters as :mod:`pgbus_flask.verbs` names
+        them): what the CLI, the dashboard, the JSON API and the MCP server use."""
+        verbs.verb(action)  # an unknown name is refused with the known ones
         return getattr(self, action)(actor=actor, reason=reason, **params)

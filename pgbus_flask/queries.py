@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg import sql
 
-from . import attention, payload, runner, states
+from . import attention, payload, runner, states, verbs
 from .engine import Engine
-from .errors import InvalidInput, PgbusError, WorkflowNotFound
+from .errors import InvalidInput, PgbusError, StepNotDefined, WorkflowNotFound
 from .handle import PAGE_SIZE, bounded
 
 Row = dict[str, Any]
@@ -259,18 +260,34 @@ class BulkResult:
 
 def bulk_act(engine: Engine, action: str, group: dict[str, Any], *, actor: str, reason: str | None = None,
              limit: int = IDS_LIMIT) -> BulkResult:
-    """Apply ``resume``, ``skip`` or ``cancel`` to the runs of one attention group (at most 500)."""
-    if action not in states.BULK_ACTIONS:
-        raise InvalidInput("bulk action", f"must be one of {', '.join(states.BULK_ACTIONS)}, got {action!r}")
+    """Apply a bulk verb (``resume``, ``skip`` or ``cancel``) to the runs of one attention group (at most 500)."""
+    _check_bulk(action)
     ids = attention_ids(engine, group["workflow_class"], group["step_name"], group["reason"],
                         group.get("error_class"), limit=limit)
+    return act_on_each(engine, action, ids, actor=actor, reason=reason)
+
+
+def _check_bulk(action: str) -> None:
+    if action not in verbs.BULK_ACTIONS:
+        raise InvalidInput("bulk action", f"must be one of {', '.join(verbs.BULK_ACTIONS)}, got {action!r}")
+
+
+def act_on_each(engine: Engine, action: str, ids: Iterable[Any], *, actor: str, reason: str | None = None,
+                stop_on_bad_input: bool = False) -> BulkResult:
+    """The bulk loop: the bulk verb ``action`` on each run of ``ids`` in turn (an iterable: the CLI passes
+    its progress bar), each in its own transaction. A run the verb is refused for is counted with why, and
+    the others go on; with ``stop_on_bad_input``, input refused as bad (the same for every run) stops the
+    loop at the first run instead, having changed nothing."""
+    _check_bulk(action)
     result = BulkResult(action)
-    verb = getattr(runner, action)
+    verb = getattr(runner.verbs, action)
     for workflow_id in ids:
         try:
             verb(engine, workflow_id, actor=actor, reason=reason)
             result.moved += 1
         except PgbusError as exc:
+            if stop_on_bad_input and isinstance(exc, (InvalidInput, StepNotDefined)):
+                raise
             result.refused += 1
             result.errors[str(workflow_id)] = str(exc)
     return result

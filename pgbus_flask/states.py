@@ -1,4 +1,4 @@
-"""The one source of truth for every list: statuses, events, actions, stuck reasons."""
+"""The one source of truth for every list: statuses, events, stuck reasons (the verbs: pgbus_flask.verbs)."""
 
 from __future__ import annotations
 
@@ -31,26 +31,6 @@ EVENTS = (
 #: The audit events that start (the first) or end (the others) a stretch a run spent paused.
 PAUSE_EVENTS = ("paused", "resumed", "cancelled", "rerun", "step_skipped", "finished")
 
-#: Every outside verb, in the order the dashboard shows them.
-ACTIONS = ("resume", "resume_at", "run_now", "reschedule", "skip", "rerun", "pause", "cancel", "signal", "upgrade")
-
-#: Which run statuses allow each verb (run_now also needs a future step).
-ALLOWED_FROM: dict[str, tuple[str, ...]] = {
-    "pause": ("ready", "running", "waiting"),
-    "resume": ("paused",),
-    "resume_at": ONGOING,
-    "run_now": ("ready",),
-    "reschedule": ("ready",),
-    "skip": ("ready", "waiting", "paused"),
-    "rerun": TERMINAL,
-    "cancel": ONGOING,
-    "signal": ONGOING,
-    "upgrade": ONGOING,  # and only when the run started on an older definition whose current step still exists
-}
-
-#: Verbs that need the workflow class importable here (its step list).
-CLASS_ACTIONS = ("resume", "resume_at", "rerun", "skip", "upgrade")
-
 #: What the resume plan can decide (see runner.resume_plan).
 RESUME_ACTIONS = ("retry", "continue", "finish", "keep_waiting", "run", "let_finish", "step_gone")
 
@@ -60,7 +40,6 @@ PAUSED_REASONS = ("stalled", "paused_error", "paused_manual")
 #: The status of the runs each stuck reason is found in.
 STUCK_REASON_STATUS = {"stalled": "paused", "paused_error": "paused", "paused_manual": "paused", "overdue": "ready",
                        "waiting_overdue": "waiting"}
-BULK_ACTIONS = ("resume", "skip", "cancel")
 
 #: Outcomes of a failed attempt that did not fail: its step asked for its own pause (``self.pause()``)
 #: or for a reattempt while the run was paused. A paused run on such an attempt is paused_manual.

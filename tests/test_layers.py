@@ -30,15 +30,16 @@ WORKER = Path(pgbus_flask.worker.__file__).parent
 LAYERS: list[set[str]] = [
     {"messages"},  # the engine's own messages as codes: imports nothing of pgbus
     {"errors", "states", "metrics"},  # metrics: prometheus_client's counters, no pgbus import
-    {"config", "payload"},
+    {"config", "payload", "verbs"},  # verbs: the table of verbs every door is built from
     {"logs", "db", "attention", "insights", "rq_state"},
     {"definition", "migrate", "testing", "orm", "schedule"},
     {"engine"},
     {"runner"},
     {"handle", "schedules"},
     {"workflow", "queries", "jobs", "sweep"},
+    {"present"},  # what the doors say (sentences, badges, JSON shapes): no door imports another for it
     {"extension", "cli", "web", "alembic", "worker"},
-    {"mcp_server"},  # the MCP server: the JSON API's reads and the CLI's words
+    {"mcp_server"},  # the MCP server: on present, like the JSON API and the CLI
     {"__init__"},
     {"demo_workflows"},  # written as an app would: from the package root
     {"demo"},

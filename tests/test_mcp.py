@@ -23,7 +23,7 @@ from flask import Flask
 from mcp import Client, StdioServerParameters
 from mcp_types import CallToolResult, Implementation
 
-from pgbus_flask import insights, queries, states
+from pgbus_flask import insights, queries, verbs
 from pgbus_flask.config import Settings
 from pgbus_flask.errors import ConfigError, InvalidInput
 from pgbus_flask.handle import Run
@@ -150,7 +150,7 @@ def test_tool_lists_with_write_off_and_on(app: Flask, pg_url: str, redis_url: st
         assert [v.action for v in VERBS] == ["pause", "resume", "resume_at", "run_now", "reschedule", "skip", "rerun",
                                              "cancel", "upgrade"]
         # every verb a run has, but signal (its own tool), is a write tool
-        assert {v.action for v in VERBS} == set(states.ACTIONS) - {"signal"}
+        assert {v.action for v in VERBS} == set(verbs.ACTIONS) - {"signal"}
         assert {"list_schedules"} <= set(READ_NAMES) and {"pause_schedule", "resume_schedule"} <= set(WRITE_NAMES)
         for name in WRITE_NAMES:
             tool = listed[name]
@@ -159,7 +159,7 @@ def test_tool_lists_with_write_off_and_on(app: Flask, pg_url: str, redis_url: st
             assert tool.annotations.read_only_hint is False
         assert listed["cancel"].annotations.destructive_hint  # type: ignore[union-attr]
         assert listed["resume_at"].input_schema["required"] == ["workflow_id", "step", "reason"]
-        assert listed["bulk"].input_schema["properties"]["action"]["enum"] == list(states.BULK_ACTIONS)
+        assert listed["bulk"].input_schema["properties"]["action"]["enum"] == list(verbs.BULK_ACTIONS)
 
     talk(server_env(pg_url, redis_url, write=True), writable)
 

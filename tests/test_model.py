@@ -95,6 +95,7 @@ from pgbus_flask import (
     queries,
     runner,
     states,
+    verbs,
 )
 from pgbus_flask.engine import Engine
 from pgbus_flask.handle import Run
@@ -527,8 +528,8 @@ class EngineModel(RuleBasedStateMachine):
         before = Run(engine, wid)
         allowed = before.available_actions
         if verb is None:
-            verb = data.draw(st.sampled_from(allowed) | st.sampled_from(states.ACTIONS) if allowed
-                             else st.sampled_from(states.ACTIONS), label="verb")
+            verb = data.draw(st.sampled_from(allowed) | st.sampled_from(verbs.ACTIONS) if allowed
+                             else st.sampled_from(verbs.ACTIONS), label="verb")
         actor = data.draw(st.sampled_from(ACTORS), label="actor")
         reason = REASONS[data.draw(st.sampled_from(list(REASONS)), label="reason")]
         klass = klass_of(before.workflow_class)
@@ -625,7 +626,7 @@ class EngineModel(RuleBasedStateMachine):
             "upgrade": lambda: runner.upgrade(engine, wid),
         }
         passed = []
-        for verb in states.ACTIONS:
+        for verb in verbs.ACTIONS:
             try:
                 with engine.db.transaction():
                     try:

@@ -12,7 +12,7 @@ import pytest
 from flask import Flask
 from markupsafe import Markup
 
-from pgbus_flask import states
+from pgbus_flask import states, verbs
 from pgbus_flask.config import Settings
 from pgbus_flask.engine import Engine
 from pgbus_flask.queries import AttentionGroup
@@ -173,8 +173,8 @@ def test_every_state_has_a_label() -> None:
     assert set(helpers.CHILD_STATUS_LABELS) == set(states.CHILD_STATUSES)
     assert set(helpers.STUCK_REASON_LABELS) == set(states.STUCK_REASONS)
     assert set(helpers.EVENT_LABELS) == set(states.EVENTS)
-    assert set(helpers.ACTION_LABELS) == set(states.ACTIONS)
-    assert set(helpers.BULK_ONE) == set(states.BULK_ACTIONS)
+    assert set(helpers.ACTION_LABELS) == set(verbs.ACTIONS)
+    assert set(helpers.BULK_ONE) == set(verbs.BULK_ACTIONS)
     assert set(helpers.BULK_BY_REASON) == set(states.STUCK_REASONS)
     assert set(helpers.NEXT_MESSAGES) | {"waiting_batch", "waiting_children"} == set(NEXT_KEYS)
 

@@ -5,11 +5,12 @@ Read tools are always offered; the write tools (every verb, signals, the bulk ve
 (a verb is one :class:`Verb` in :data:`VERBS`): its name, the description a model decides by,
 the JSON Schemas of its arguments and of its structured result, and the function that answers.
 
-What it reads and writes goes through the same code as the other doors: the JSON API's
-serialisation (:mod:`pgbus_flask.web.api`), :mod:`pgbus_flask.queries`, the run handle's verbs.
+What it reads and writes goes through the same code as the other doors: the JSON shapes of
+:mod:`pgbus_flask.present.shapes` (the JSON API's too), :mod:`pgbus_flask.queries`, the run handle's
+verbs (built from the table of verbs, :mod:`pgbus_flask.verbs`).
 A write records actor ``mcp:<client name>`` (the ``clientInfo`` name the client sent, escaped and
 cut) and needs a non-empty reason. A refusal comes back as a tool error (``isError``) in the words
-the CLI prints (:func:`pgbus_flask.cli.error_text`), and changes nothing.
+the CLI prints (:func:`pgbus_flask.present.text.error_text`), and changes nothing.
 
 Built on the ``mcp`` package's low-level server (the optional extra ``mcp``): stdio by default,
 streamable HTTP with ``--http``. Over HTTP it answers only requests whose ``Host`` (and ``Origin``) is a
@@ -29,8 +30,8 @@ import anyio
 from flask import Flask
 
 from .. import config
-from ..cli import terminal_safe
 from ..errors import ConfigError, InvalidInput
+from ..present.text import terminal_safe
 from .base import Call, Tool
 from .reads import READ_TOOLS
 from .server import McpServer, client_actor, is_loopback, tools

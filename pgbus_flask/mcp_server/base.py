@@ -10,10 +10,9 @@ from typing import Any
 import mcp_types as types
 
 from .. import queries, states
-from ..cli import terminal_safe
 from ..engine import Engine
 from ..handle import Run
-from ..web.views import Pages
+from ..present.text import terminal_safe
 
 SERVER_NAME = "pgbus"
 #: The default page of ``list_runs`` (the JSON API's is 50: a model reads fewer at once).
@@ -111,7 +110,6 @@ class Call:
     """What a tool is called with besides its arguments: the engine, and who is calling."""
 
     engine: Engine
-    pages: Pages
     actor: str
 
     def run(self, workflow_id: Any) -> Run:

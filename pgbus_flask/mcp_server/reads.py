@@ -1,12 +1,13 @@
 """The read tools, always offered: the overview, runs, a run, the attention groups and a group's runs,
-a class's insights. Each answers with the JSON API's serialisation (:mod:`pgbus_flask.web.api`)."""
+a class's insights. Each answers with the JSON shapes the JSON API answers with too
+(:mod:`pgbus_flask.present.shapes`), its sentences in English."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from .. import insights, queries, runner, schedules, states
-from ..web import api
+from ..present import english, shapes
 from .base import (
     ACTIONS,
     BACKTRACE_TAIL,
@@ -44,7 +45,7 @@ from .base import (
 
 
 def overview(call: Call, args: dict[str, Any]) -> Reply:
-    data = api.overview_data(call.engine)
+    data = shapes.overview(call.engine)
     by_status = {status: 0 for status in states.RUN_STATUSES}
     for item in data["counts"]:
         by_status[item["status"]] += item["runs"]
@@ -75,7 +76,7 @@ def list_runs(call: Call, args: dict[str, Any]) -> Reply:
     filters["reason"] = args.get("stuck_reason") or None
     if args.get("error_class") == "" and filters["reason"]:
         filters["error_class"] = ""  # with a stuck reason: the group without an error class
-    data = api.runs_data(call.engine, call.pages, filters, args.get("before"), args.get("limit", RUNS_PAGE))
+    data = shapes.runs(call.engine, english(), filters, args.get("before"), args.get("limit", RUNS_PAGE))
     more = data["next_before"]
     lines = [runs_text(len(data["runs"])) + (f"; older ones: call again with before={more}" if more else "") + "."]
     for run in data["runs"]:
@@ -93,7 +94,7 @@ LIST_RUNS_OUT = obj({
 
 def show_run(call: Call, args: dict[str, Any]) -> Reply:
     run_id = queries.resolve_run_id(call.engine, args["workflow_id"])
-    data = api.run_data(call.engine, call.pages, run_id, args.get("steps_before"), args.get("events_before"),
+    data = shapes.run(call.engine, english(), run_id, args.get("steps_before"), args.get("events_before"),
                         signals_before=args.get("signals_before"), children_before=args.get("children_before"),
                         batches_before=args.get("batches_before"))
     if not args.get("full_backtraces"):
@@ -165,7 +166,7 @@ SHOW_RUN_OUT = obj({
 
 
 def attention_groups(call: Call, args: dict[str, Any]) -> Reply:
-    data = api.attention_data(call.engine, args.get("workflow_class") or None)
+    data = shapes.attention(call.engine, english(), args.get("workflow_class") or None)
     count = len(data["groups"])
     lines = [f"{count} attention group{'' if count == 1 else 's'}." if count else "Nothing needs attention."]
     for g in data["groups"]:
@@ -196,7 +197,7 @@ def class_insights(call: Call, args: dict[str, Any]) -> Reply:
     name = args["workflow_class"]
     klass = runner.load_class(call.engine, name)
     result = insights.insights(call.engine, name, args.get("window"), [s.name for s in klass.steps] if klass else None)
-    data = result.as_json()
+    data = shapes.insights(result)
     slowest = max((s for s in result.steps if s.p95_ms is not None), key=lambda s: s.p95_ms or 0, default=None)
     text = (f"{shown(name, 80)} over {result.window}: {result.started:,} started, {result.finished:,} finished, "
             f"{result.cancelled:,} cancelled, {result.failed:,} failed attempts.")
@@ -232,7 +233,7 @@ FILTER_PARAMS: dict[str, JSON] = {
 }
 
 def list_schedules(call: Call, args: dict[str, Any]) -> Reply:
-    found = [api.jsonable(s.to_json()) for s in schedules.list_schedules(call.engine)]
+    found = [shapes.jsonable(shapes.schedule(s)) for s in schedules.list_schedules(call.engine)]
     lines = [f"{len(found)} schedule{'' if len(found) == 1 else 's'}." if found else "No class declares a schedule."]
     for s in found[:20]:
         state = "paused" if s["paused"] else f"next tick {s['next_tick']}"

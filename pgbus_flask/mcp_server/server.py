@@ -24,11 +24,10 @@ from mcp.server.stdio import stdio_server
 from pydantic import AnyHttpUrl
 
 from .. import db
-from ..cli import error_text, terminal_safe
 from ..engine import Engine
 from ..errors import PgbusError
-from ..web import api
-from ..web.views import Pages
+from ..present import shapes
+from ..present.text import error_text, terminal_safe
 from .base import CLIENT_NAME_LIMIT, INSTRUCTIONS, READ_ONLY_NOTE, SERVER_NAME, Call, Tool
 from .reads import READ_TOOLS
 from .writes import write_tools
@@ -97,7 +96,6 @@ class McpServer:
         self.engine: Engine = app.extensions["pgbus"]
         self.write = write
         self.tools = tools(write)
-        self.pages = Pages(self.engine)
         instructions = INSTRUCTIONS + ("" if write else " " + READ_ONLY_NOTE)
         self.server: Server[Any] = Server(SERVER_NAME, version=_version(), instructions=instructions,
                                           on_list_tools=self.list_tools, on_call_tool=self.call_tool)
@@ -128,8 +126,8 @@ class McpServer:
         """Run ``tool`` (in a worker thread, in an app context): its result, or its refusal."""
         try:
             with self.app.app_context():
-                data, text = tool.answer(Call(self.engine, self.pages, actor), args)
-            structured = _sendable(api.jsonable(data))
+                data, text = tool.answer(Call(self.engine, actor), args)
+            structured = _sendable(shapes.jsonable(data))
         except PgbusError as exc:
             return refusal(error_text(exc))
         except psycopg.Error as exc:

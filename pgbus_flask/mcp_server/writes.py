@@ -1,5 +1,6 @@
-"""The write tools, offered only when ``PGBUS_MCP_WRITE`` is true: every verb of a run (one
-:class:`Verb` each in :data:`VERBS`), sending a signal, and the bulk verbs over an attention group.
+"""The write tools, offered only when ``PGBUS_MCP_WRITE`` is true: every verb of a run (one tool for
+each :class:`~pgbus_flask.verbs.Verb` in :data:`VERBS`, the table's), sending a signal, and the bulk
+verbs over an attention group.
 
 Each needs a non-empty reason and records the caller's actor (``mcp:<client name>``); a verb goes
 through :meth:`pgbus_flask.handle.Run.act` as the CLI's do, so it is refused in the same words.
@@ -7,24 +8,21 @@ through :meth:`pgbus_flask.handle.Run.act` as the CLI's do, so it is refused in 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from functools import partial
 from typing import Any
 
-import click
-
-from .. import queries, runner, schedules, states
-from ..cli import _Moment, error_text
+from .. import queries, runner, schedules
 from ..errors import InvalidInput
-from ..web.api import jsonable
+from ..present import shapes
+from ..present.text import error_text, moment
+from ..verbs import BULK_ACTIONS, MOMENT, RUN_VERBS, Verb
 from .base import (
     AFTER,
     ANY,
     BOOL,
     GROUP_KEY,
     INT,
-    JSON,
     NSTR,
     PLAN,
     ROW,
@@ -44,62 +42,23 @@ from .base import (
 REASON_PARAM = string("why (required: recorded in the run's audit trail; at most 1,000 characters)")
 
 
-def _reschedule_at(params: dict[str, Any]) -> dict[str, Any]:
-    """``at`` as the CLI reads it: ISO 8601 with a timezone."""
-    try:
-        return {**params, "at": _Moment().convert(params["at"], None, None)}
-    except click.BadParameter as exc:
-        raise InvalidInput("at", exc.message) from None
+def verb_tool(verb: Verb) -> Tool:
+    """The write tool of one verb of the table (:mod:`pgbus_flask.verbs`): its parameters besides the run and
+    the reason, and the statuses that allow it."""
+    where = f" Allowed when the run is {', '.join(verb.allowed_from)}."
+    if verb.needs_class:
+        where += " It needs the run's workflow class importable by this server (show_run's class_loaded)."
+    params = {p.name: string(p.help, format="date-time") if p.kind == MOMENT else string(p.help)
+              for p in verb.params}
+    required = tuple(p.name for p in verb.params if p.required)
+    return Tool(verb.name, f"{verb.description}{where} {WRITE_NOTE}",
+                {"workflow_id": string(RUN_ID), **params, "reason": REASON_PARAM},
+                ("workflow_id", *required, "reason"), VERB_OUT, partial(act, verb), write=True,
+                destructive=verb.destructive)
 
 
-@dataclass(frozen=True)
-class Verb:
-    """One verb of a run as a write tool named ``action`` (the name :meth:`Run.act` takes).
-
-    ``params``: its arguments besides the run and the reason (JSON Schemas), ``convert`` turns
-    their JSON values into what the verb takes."""
-
-    action: str
-    what: str
-    params: Mapping[str, JSON] = field(default_factory=dict)
-    required: tuple[str, ...] = ()
-    convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    destructive: bool = False
-
-    def tool(self) -> Tool:
-        allowed = states.ALLOWED_FROM.get(self.action)
-        where = f" Allowed when the run is {', '.join(allowed)}." if allowed else ""
-        if self.action in states.CLASS_ACTIONS:
-            where += " It needs the run's workflow class importable by this server (show_run's class_loaded)."
-        return Tool(self.action, f"{self.what}{where} {WRITE_NOTE}",
-                    {"workflow_id": string(RUN_ID), **self.params, "reason": REASON_PARAM},
-                    ("workflow_id", *self.required, "reason"), VERB_OUT, partial(act, self), write=True,
-                    destructive=self.destructive)
-
-
-VERBS: tuple[Verb, ...] = (
-    Verb("pause", "Pause a run: nothing more is scheduled until someone resumes it (a running attempt finishes and "
-         "records its outcome; a waiting step keeps waiting, and its signals are kept)."),
-    Verb("resume", "Resume a paused run as its resume_plan says (show_run): retry the failed step, continue with "
-         "the next, keep waiting, or finish the run."),
-    Verb("resume_at", "Cancel the run's open step and run `step` fresh (a new attempt), then go on from there.",
-         {"step": string("the step to run next (a step of the run's class)")}, ("step",)),
-    Verb("run_now", "Send a ready run's future step now instead of at its scheduled time (refused when its step "
-         "is already due)."),
-    Verb("reschedule", "Move a ready run's scheduled step to another time.",
-         {"at": string("when: ISO 8601 with a timezone, as 2030-01-01T09:00:00+00:00", format="date-time")},
-         ("at",), convert=_reschedule_at),
-    Verb("skip", "Skip the run's current step (recorded as skipped; its code does not run again) and go on with "
-         "the next, or finish the run when it was the last.", destructive=True),
-    Verb("rerun", "Run a finished or cancelled run again, from its first step or from `step`, with new attempts.",
-         {"step": string("the step to start from (default: the first)")}),
-    Verb("cancel", "Cancel a run: its open step is cancelled and nothing more runs. It cannot be undone (rerun "
-         "starts it over).", destructive=True),
-    Verb("upgrade", "Continue a run that started on an older definition of its class (show_run's "
-         "definition_outdated) on the current one: its current step and everything after it follow the class as "
-         "declared now. Refused when its current step no longer exists in the class (then resume_at a step that "
-         "exists, or cancel)."),
-)
+#: The verbs offered as write tools: every verb of the table but signal (its own tool, ``send_signal``).
+VERBS: tuple[Verb, ...] = RUN_VERBS
 
 VERB_OUT = obj({"action": STR, **AFTER, "resume_plan": PLAN})
 
@@ -113,9 +72,10 @@ def _reason(args: dict[str, Any]) -> str:
 
 def act(verb: Verb, call: Call, args: dict[str, Any]) -> Reply:
     reason = _reason(args)
-    params = {name: args[name] for name in verb.params if args.get(name) is not None}
-    if verb.convert is not None:
-        params = verb.convert(params)
+    params = {p.name: args[p.name] for p in verb.params if args.get(p.name) is not None}
+    for param in verb.params:
+        if param.kind == MOMENT and param.name in params:
+            params[param.name] = moment(params[param.name], param.name)
     run = call.run(args["workflow_id"])
     result = run.act(verb.action, actor=call.actor, reason=reason, **params)
     plan = asdict(result) if isinstance(result, runner.ResumePlan) else None
@@ -168,7 +128,7 @@ def schedule_verb(action: str, call: Call, args: dict[str, Any]) -> Reply:
     reason = _reason(args)
     verb = schedules.pause if action == "pause" else schedules.resume
     done = verb(call.engine, args["workflow_class"], call.actor, reason)
-    data = jsonable(done.to_json())
+    data = shapes.jsonable(shapes.schedule(done))
     state = "paused" if done.paused else f"running; next tick {data['next_tick']}"
     return {"schedule": data}, (f"{action} done by {call.actor}: the schedule of {shown(done.workflow_class, 80)} "
                                 f"is {state}.")
@@ -180,7 +140,7 @@ SCHEDULE_OUT = obj({"schedule": ROW})
 def write_tools() -> tuple[Tool, ...]:
     """The verbs, the signal and the bulk verbs: offered when ``PGBUS_MCP_WRITE`` is true."""
     return (
-        *(verb.tool() for verb in VERBS),
+        *(verb_tool(verb) for verb in VERBS),
         Tool("send_signal", "Send a signal to an ongoing run: a step waiting for a signal of this name takes it "
              "and runs with its payload; otherwise it is kept (pending) until a step asks for it. With an "
              "idempotency_key, sending the same key again stores nothing and says duplicate_delivery. Refused for "
@@ -193,7 +153,7 @@ def write_tools() -> tuple[Tool, ...]:
              "attention_groups returned it (at most 500 runs, oldest stuck first; attention_run_ids lists them). "
              "resume applies to paused groups only. A run whose status no longer allows the verb is counted as "
              "refused with its reason, and the others go on. " + WRITE_NOTE,
-             {"action": {"enum": list(states.BULK_ACTIONS)}, **GROUP_KEY, "reason": REASON_PARAM},
+             {"action": {"enum": list(BULK_ACTIONS)}, **GROUP_KEY, "reason": REASON_PARAM},
              ("action", "workflow_class", "step_name", "stuck_reason", "reason"), BULK_OUT, bulk, write=True,
              destructive=True, title="Bulk verb on an attention group"),
         Tool("pause_schedule", "Pause a workflow class's schedule (list_schedules): the sweep starts no run for "

@@ -29,6 +29,7 @@ verbs all come through here (``tests/test_layers.py`` checks it).
 
 from __future__ import annotations
 
+from . import verbs
 from .allowed import ResumePlan, available_actions, outdated, resume_plan, step_gone
 from .attempt import Claim, claim_attempt, park_on_signal, record_outcome, run_attempt
 from .children import cancel_children, cancel_run, child_key, settle, sweep_children
@@ -60,7 +61,7 @@ from .rows import (
 from .scheduling import advance, next_send, resend_lost, resend_step, schedule_step, step_job_id
 from .signals import SignalResult, send_signal
 from .start import Started, start
-from .verbs import cancel, pause, rerun, reschedule, resume, resume_at, run_now, skip, upgrade
+from .verbs import *  # noqa: F403 (the verbs, named in verbs.__all__)
 
 __all__ = [
     "RESCHEDULE_EARLIEST",
@@ -74,7 +75,6 @@ __all__ = [
     "Started",
     "advance",
     "available_actions",
-    "cancel",
     "cancel_children",
     "cancel_run",
     "cap",
@@ -98,31 +98,24 @@ __all__ = [
     "open_batch",
     "outdated",
     "park_on_signal",
-    "pause",
     "query",
     "record_child",
     "record_event",
     "record_outcome",
-    "rerun",
-    "reschedule",
     "resend_child",
     "resend_lost",
     "resend_step",
-    "resume",
-    "resume_at",
     "resume_plan",
     "run_attempt",
     "run_ended",
-    "run_now",
     "schedule_step",
     "send_signal",
     "settle",
-    "skip",
     "spec_of",
     "start",
     "step_gone",
     "step_job_id",
     "sweep_children",
-    "upgrade",
     "worker_name",
+    *verbs.__all__,
 ]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .. import states
+from .. import verbs
 from ..db import Transaction
 from ..errors import ActionNotAllowed, StepNotDefined
+from ..verbs import Verb
 from .rows import Row, latest_step, load_class, lock_run, now_of
 
 if TYPE_CHECKING:
@@ -60,24 +62,58 @@ def outdated(run: Row, klass: type[Workflow] | None) -> bool:
     return klass is not None and klass.definition_digest != run["definition_digest"]
 
 
+def _current(run: Row, latest: Row | None) -> str:
+    return str(latest["step_name"] if latest is not None else run["current_step"])
+
+
+def _steps_of(klass: type[Workflow]) -> str:
+    return ", ".join(s.name for s in klass.steps)
+
+
+#: The conditions a verb may need beyond its run's status (``Verb.needs``): each a test of the run, its
+#: latest step, its class (None when not importable here) and now; and what a refusal says when it fails.
+CONDITIONS: dict[str, tuple[Callable[[Row, Row | None, type[Workflow] | None, datetime], bool],
+                            Callable[[Row, Row | None, type[Workflow] | None], str | None]]] = {
+    # The step it acts on still exists in the class (else: resume at a step it has, or cancel).
+    "step_exists": (
+        lambda run, latest, klass, now: not (klass is not None and step_gone(klass, _current(run, latest))),
+        lambda run, latest, klass: None if klass is None else (
+            f"its step {_current(run, latest)} no longer exists in {klass.workflow_name}; resume it at one of: "
+            f"{_steps_of(klass)}"),
+    ),
+    # Paused after its last step completed (or was skipped): resume finishes it, skip has no step.
+    "step_to_skip": (lambda run, latest, klass, now: klass is None or not _nothing_left_to_skip(run, latest, klass),
+                     lambda run, latest, klass: None),
+    # Its step is scheduled for later (run it now).
+    "due_later": (lambda run, latest, klass, now: bool(latest and latest["status"] == "scheduled"
+                                                       and latest["scheduled_at"] > now),
+                  lambda run, latest, klass: "its step is already due"),
+    # Its step is scheduled (move it).
+    "step_scheduled": (lambda run, latest, klass, now: bool(latest and latest["status"] == "scheduled"),
+                       lambda run, latest, klass: None),
+    # It started on an older definition of its class.
+    "outdated": (lambda run, latest, klass, now: outdated(run, klass),
+                 lambda run, latest, klass: "it already runs on the current definition"),
+}
+
+
+def refusal(verb: Verb, run: Row, latest: Row | None, klass: type[Workflow] | None, now: datetime) -> str | None:
+    """Why ``verb`` is not allowed on this run now ("" when there is nothing more to say than its
+    status), or None when it is allowed."""
+    if run["status"] not in verb.allowed_from:
+        return verb.status_refusal or ""
+    if verb.needs_class and klass is None:
+        return f"workflow class {run['workflow_class']} cannot be imported here"
+    for name in verb.needs:
+        holds, why = CONDITIONS[name]
+        if not holds(run, latest, klass, now):
+            return why(run, latest, klass) or ""
+    return None
+
+
 def available_actions(run: Row, latest: Row | None, klass: type[Workflow] | None, now: datetime) -> list[str]:
     """Exactly the verbs allowed on this run now (``klass`` is None when it cannot be imported here)."""
-    actions = [a for a in states.ACTIONS if run["status"] in states.ALLOWED_FROM[a]]
-    current = latest["step_name"] if latest is not None else run["current_step"]
-    gone = klass is not None and step_gone(klass, current)
-    if "upgrade" in actions and (not outdated(run, klass) or gone):
-        actions.remove("upgrade")
-    if gone:  # resume and skip would act on a step the class no longer has: resume_at or cancel
-        actions = [a for a in actions if a not in ("resume", "skip")]
-    if "skip" in actions and klass is not None and _nothing_left_to_skip(run, latest, klass):
-        actions.remove("skip")
-    if "run_now" in actions and not (latest and latest["status"] == "scheduled" and latest["scheduled_at"] > now):
-        actions.remove("run_now")
-    if "reschedule" in actions and not (latest and latest["status"] == "scheduled"):
-        actions.remove("reschedule")
-    if klass is None:
-        actions = [a for a in actions if a not in states.CLASS_ACTIONS]
-    return actions
+    return [name for name in verbs.ACTIONS if refusal(verbs.BY_NAME[name], run, latest, klass, now) is None]
 
 
 def _nothing_left_to_skip(run: Row, latest: Row | None, klass: type[Workflow]) -> bool:
@@ -95,24 +131,8 @@ def check_allowed(engine: Engine, tx: Transaction, action: str, workflow_id: Any
     run = lock_run(tx, workflow_id)
     latest = latest_step(tx.conn, workflow_id)
     klass = load_class(engine, run["workflow_class"])
-    allowed = available_actions(run, latest, klass, now_of(tx))
-    if action not in allowed:
-        detail = None
-        if action in states.CLASS_ACTIONS and klass is None and run["status"] in states.ALLOWED_FROM[action]:
-            detail = f"workflow class {run['workflow_class']} cannot be imported here"
-        elif action == "run_now" and run["status"] == "ready":
-            detail = "its step is already due"
-        elif action == "signal":
-            detail = "signals go only to ongoing runs"
-        elif action == "upgrade" and klass is not None and run["status"] in states.ONGOING:
-            current = latest["step_name"] if latest is not None else run["current_step"]
-            detail = (f"its step {current} no longer exists in {klass.workflow_name}; resume it at one of: "
-                      f"{', '.join(s.name for s in klass.steps)}" if step_gone(klass, current)
-                      else "it already runs on the current definition")
-        elif action in ("resume", "skip") and klass is not None and run["status"] in states.ALLOWED_FROM[action]:
-            current = latest["step_name"] if latest is not None else run["current_step"]
-            if step_gone(klass, current):
-                detail = (f"its step {current} no longer exists in {klass.workflow_name}; resume it at one of: "
-                          f"{', '.join(s.name for s in klass.steps)}")
-        raise ActionNotAllowed(action, run["status"], allowed, detail)
+    now = now_of(tx)
+    why = refusal(verbs.verb(action), run, latest, klass, now)
+    if why is not None:
+        raise ActionNotAllowed(action, run["status"], available_actions(run, latest, klass, now), why or None)
     return run, latest, klass

@@ -1,4 +1,5 @@
-"""The outside verbs (pause, resume, skip, cancel ...): what the API, CLI and dashboard call."""
+"""The outside verbs: one function each, named as in the table of verbs (:mod:`pgbus_flask.verbs`),
+which says what each allows; every door calls them through the run handle."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import psycopg
 from .. import payload, states
 from ..db import Transaction
 from ..errors import ActionNotAllowed, InvalidInput, SubjectConflict
+from ..verbs import ALLOWED_FROM
 from .allowed import ResumePlan, check_allowed, outdated, resume_plan
 from .children import cancel_run
 from .rows import (
@@ -33,12 +35,14 @@ if TYPE_CHECKING:
     from ..engine import Engine
     from ..workflow import Workflow
 
+__all__ = ["cancel", "pause", "rerun", "reschedule", "resume", "resume_at", "run_now", "skip", "upgrade"]
+
 
 def pause(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> None:
     check_who(actor, reason)
     with engine.db.transaction() as tx:
         _run, latest, _ = check_allowed(engine, tx, "pause", workflow_id)
-        move_run(tx.conn, workflow_id, states.ALLOWED_FROM["pause"], "paused", paused_at=now_of(tx))
+        move_run(tx.conn, workflow_id, ALLOWED_FROM["pause"], "paused", paused_at=now_of(tx))
         record_event(tx, workflow_id, "paused", actor, reason=reason, step=latest)
 
 

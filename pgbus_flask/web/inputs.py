@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from flask import request
 from markupsafe import Markup
 from werkzeug.exceptions import BadRequest
 
+from ..verbs import MOMENT, Verb
 from .i18n import code, markup, ugettext
 
 #: The largest value of a PostgreSQL ``bigint`` (run and batch ids, the runs list's cursor).
@@ -87,3 +89,22 @@ def whole_number(value: str | None, name: str, *, minimum: int = 1, maximum: int
             name=shown(name), minimum=minimum, maximum=maximum, value=shown(value)))
     return number
 
+
+
+def verb_params(verb: Verb, form: Mapping[str, str]) -> tuple[dict[str, Any], str | None]:
+    """The parameters of ``verb`` (:mod:`pgbus_flask.verbs`) from a posted form, and the message (a msgid) of a
+    required one that is missing (None when none is). A moment that does not parse goes to the verb as its
+    text, which the verb refuses naming what it takes."""
+    params: dict[str, Any] = {}
+    for param in verb.params:
+        value = text(form, param.name)
+        if param.kind == MOMENT:
+            try:
+                params[param.name] = datetime.fromisoformat(value or "")
+            except ValueError:
+                params[param.name] = value or ""
+        elif value:
+            params[param.name] = value
+        elif param.required:
+            return params, param.missing
+    return params, None

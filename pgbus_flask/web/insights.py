@@ -14,6 +14,7 @@ from werkzeug.exceptions import BadRequest
 
 from .. import insights as engine_insights
 from ..errors import InvalidInput
+from ..present import shapes
 from . import inputs
 from .i18n import N_, _babel_locale, clock, gettext, isolated, markup, number, ugettext
 
@@ -121,7 +122,7 @@ class InsightsPages:
         from .api import reply
 
         window = read_window()
-        return reply(self.read(workflow_class, window).as_json())
+        return reply(shapes.insights(self.read(workflow_class, window)))
 
 
 def _span_words(width: timedelta) -> str:

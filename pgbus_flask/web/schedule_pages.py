@@ -18,6 +18,7 @@ from werkzeug.wrappers import Response
 from .. import schedules, states
 from ..engine import Engine
 from ..errors import PgbusError, ScheduleConflict, UnknownSchedule
+from ..present import shapes
 from ..schedules import Schedule
 from . import api, inputs, notices, security
 from .helpers import HTML, PLAIN, label
@@ -74,7 +75,7 @@ class SchedulePages:
     # -- the JSON API -------------------------------------------------------------------------------------
 
     def api_list(self) -> Response:
-        return api.reply({"schedules": [s.to_json() for s in schedules.list_schedules(self.engine)],
+        return api.reply({"schedules": [shapes.schedule(s) for s in schedules.list_schedules(self.engine)],
                           "csrf_token": security.csrf_token()})
 
     def api_one(self, workflow_class: str) -> Response:
@@ -82,7 +83,7 @@ class SchedulePages:
         if isinstance(s, Response):
             return s
         events = schedules.schedule_events(self.engine, workflow_class)
-        return api.reply({"schedule": s.to_json(),
+        return api.reply({"schedule": shapes.schedule(s),
                           "events": [{**e, "sentence": sentence(e, PLAIN)} for e in events]})
 
     def api_act(self, workflow_class: str, action: str) -> Response:
@@ -101,7 +102,7 @@ class SchedulePages:
             raise
         except PgbusError as exc:
             return api.reply({"error": str(exc), "status": 400}, 400)
-        return api.reply({"schedule": done.to_json()})
+        return api.reply({"schedule": shapes.schedule(done)})
 
     def _api_load(self, workflow_class: str) -> Schedule | Response:
         try:

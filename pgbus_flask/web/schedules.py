@@ -1,6 +1,6 @@
-"""Schedules in the dashboard's words: the schedule as a sentence, its state badge, the missed
-policy, the confirm questions and the audit trail's sentences, and the overview's items.
-The pages and the JSON API that use them are :mod:`pgbus_flask.web.schedule_pages`.
+"""Schedules in the dashboard's words: the functions of :mod:`pgbus_flask.present.schedules` bound to this
+request's words (and to the blueprint's URLs, for the link to a schedule's last run). The pages and the
+JSON API that use them are :mod:`pgbus_flask.web.schedule_pages`.
 """
 
 from __future__ import annotations
@@ -10,117 +10,65 @@ from datetime import datetime
 from typing import Any
 
 from flask import url_for
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
-from .. import schedules
 from ..engine import Engine
+from ..present import schedules as said
+from ..present.schedules import (
+    ACTION_LABELS,
+    CONFIRMS,
+    EVENT_LABELS,
+    MISSED_LABELS,
+    STATE_LABELS,
+    STATE_TONES,
+    state_of,
+)
+from ..present.sentences import HTML, PLAIN
 from ..schedules import Schedule
-from .helpers import HTML, PLAIN, TEXT, badge, fill, humanize, label
-from .i18n import C_, N_, bdi, code, markup, ngettext, time_tag, ugettext
+from .i18n import words
 
-ACTION_LABELS = {"pause": C_("action", "Pause schedule"), "resume": C_("action", "Resume schedule")}
-STATE_LABELS = {"active": C_("schedule state", "Active"), "paused": C_("schedule state", "Paused"),
-                "undeclared": C_("schedule state", "No longer declared")}
-STATE_TONES = {"active": "green", "paused": "yellow", "undeclared": "gray"}
-MISSED_LABELS = {"skip": C_("missed ticks", "Start the latest only"), "all": C_("missed ticks", "Start every one")}
-EVENT_LABELS = {
-    "declared": C_("schedule event", "Declared"), "changed": C_("schedule event", "Changed"),
-    "undeclared": C_("schedule event", "No longer declared"), "paused": C_("schedule event", "Paused"),
-    "resumed": C_("schedule event", "Resumed"),
-}
-CONFIRMS = {
-    "pause": N_("Pause the schedule of %(workflow)s? No run starts for it until it is resumed."),
-    ("resume", "skip"): N_("Resume the schedule of %(workflow)s? The ticks missed while it was paused start "
-                           "no run; the next tick does."),
-    ("resume", "all"): N_("Resume the schedule of %(workflow)s? Every tick missed while it was paused starts a "
-                          "run, then every next one."),
-}
+__all__ = ["ACTION_LABELS", "CONFIRMS", "EVENT_LABELS", "MISSED_LABELS", "STATE_LABELS", "STATE_TONES", "confirm",
+           "item", "last_tick", "overview_items", "paused_line", "run_url", "sentence", "state_badge", "state_of",
+           "timing"]
 
 
-def state_of(s: Schedule) -> str:
-    return "undeclared" if not s.declared else "paused" if s.paused else "active"
+def run_url(workflow_id: Any) -> str:
+    """The dashboard's page of a run."""
+    return url_for("pgbus.run", workflow_id=workflow_id)
 
 
 def state_badge(s: Schedule) -> Markup:
-    state = state_of(s)
-    return badge(label(STATE_LABELS, state), STATE_TONES[state], "schedule-state", state)
+    return said.state_badge(words(), s)
 
 
 def timing(s: Schedule | Mapping[str, Any]) -> Markup:
     """The schedule in words: "Every 5 minutes", or the cron text with its timezone."""
-    kind, text, zone = ((s.kind, s.schedule, s.timezone) if isinstance(s, Schedule)
-                        else (s["kind"], s["schedule"], s["timezone"]))
-    if kind != "interval":
-        return markup(ugettext("%(cron)s in %(timezone)s"), cron=code(text), timezone=bdi(zone))
-    seconds = int(text)
-    if seconds % 86400 == 0:
-        return escape(ngettext("Every %(num)d day", "Every %(num)d days", seconds // 86400))
-    if seconds % 3600 == 0:
-        return escape(ngettext("Every %(num)d hour", "Every %(num)d hours", seconds // 3600))
-    if seconds % 60 == 0:
-        return escape(ngettext("Every %(num)d minute", "Every %(num)d minutes", seconds // 60))
-    return escape(ngettext("Every %(num)d second", "Every %(num)d seconds", seconds))
+    return said.timing(words(), s)
 
 
 def confirm(action: str, s: Schedule, to: str = PLAIN) -> str:
-    key: Any = action if action == "pause" else (action, s.missed)
-    return fill(ugettext(CONFIRMS[key]), to, workflow=s.workflow_class)
+    return said.confirm(words(), action, s, to)
 
 
 def sentence(event: Mapping[str, Any], to: str = HTML) -> str:
     """"Paused by dashboard:alice: supplier down", "Changed: every 60 seconds, now 0 2 * * * in UTC"."""
-    name = event["event"]
-    what = label(EVENT_LABELS, name) if name in EVENT_LABELS else humanize(name)
-    if event["actor"] == schedules.SYSTEM:
-        text: str = escape(what) if to == HTML else what
-    else:
-        text = fill(ugettext("%(event)s by %(actor)s"), to, event=escape(what) if to == HTML else what,
-                    actor=event["actor"])
-    details = event.get("details") or {}
-    if name == "changed" and isinstance(details.get("before"), Mapping) and isinstance(details.get("after"), Mapping):
-        before, after = timing(details["before"]), timing(details["after"])
-        if to != HTML:
-            before, after = Markup(before).striptags(), Markup(after).striptags()  # type: ignore[assignment]
-        text = fill(ugettext("%(sentence)s: %(before)s, now %(after)s"), to, sentence=text, before=before,
-                    after=after)
-    elif name == "declared" and {"kind", "schedule", "timezone"} <= set(details):
-        declared = timing(details) if to == HTML else timing(details).striptags()
-        text = fill(ugettext("%(sentence)s: %(reason)s"), to, sentence=text, reason=declared)
-    if event.get("reason"):
-        text = fill(ugettext("%(sentence)s: %(reason)s"), to, sentence=text, reason=event["reason"])
-    return text
+    return said.sentence(words(), event, to)
 
 
 def item(s: Schedule, now: datetime) -> dict[str, Any]:
     """One schedule as the overview's panel and its page show it."""
-    return {"s": s, "timing": timing(s), "badge": state_badge(s), "missed": label(MISSED_LABELS, s.missed),
-            "last_tick": last_tick(s, now), "paused": paused_line(s, now),
-            "next_tick": time_tag(s.next_tick, now) if s.declared and not s.paused else Markup("—"),
-            "actions": [{"action": a, "label": label(ACTION_LABELS, a), "confirm": confirm(a, s, TEXT)}
-                        for a in s.available_actions]}
+    return said.item(words(), s, now, run_url)
 
 
 def paused_line(s: Schedule, now: datetime) -> Markup | None:
-    """"Paused by cli:alice 3 minutes ago: supplier API down"."""
-    if s.paused_at is None:
-        return None
-    if s.paused_reason:
-        return markup(ugettext("Paused by %(actor)s %(ago)s: %(reason)s"), actor=bdi(s.paused_by),
-                      ago=time_tag(s.paused_at, now), reason=bdi(s.paused_reason))
-    return markup(ugettext("Paused by %(actor)s %(ago)s"), actor=bdi(s.paused_by), ago=time_tag(s.paused_at, now))
+    return said.paused_line(words(), s, now)
 
 
 def overview_items(engine: Engine, now: datetime) -> list[dict[str, Any]]:
     """Every schedule, as the overview lists them."""
-    return [item(s, now) for s in schedules.list_schedules(engine)]
+    return said.overview_items(words(), engine, now, run_url)
 
 
 def last_tick(s: Schedule, now: datetime) -> Markup:
     """The last tick as a time, linked to its run while the run exists."""
-    if s.last_tick is None:
-        return Markup("—")
-    when = time_tag(s.last_tick, now)
-    if s.last_run_id is None or s.last_run_status is None:
-        return when
-    return Markup('<a href="%s" data-testid="schedule-last-run">%s</a>') % (
-        url_for("pgbus.run", workflow_id=s.last_run_id), when)
+    return said.last_tick(words(), s, now, run_url)

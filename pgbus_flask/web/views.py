@@ -14,23 +14,23 @@ from markupsafe import Markup
 from werkzeug.exceptions import BadRequest, NotFound
 from werkzeug.wrappers import Response
 
-from .. import payload, queries, runner, states
+from .. import payload, queries, runner, states, verbs
 from ..engine import Engine
 from ..errors import (
     ActionNotAllowed,
     DatabaseUnavailable,
     PgbusError,
     SchemaMissing,
-    StepNotDefined,
     SubjectConflict,
     TooManyPendingSignals,
     WorkflowNotFound,
 )
 from ..handle import Page, Run
+from ..present import shapes
+from ..present.state import Presentation, batch_name
 from ..workflow import Workflow, registry
 from . import helpers, inputs, notices
 from .i18n import bdi, code, gettext, markup, number, ugettext, ungettext
-from .presenter import Presentation, batch_name, present
 from .schedules import overview_items as schedule_items
 from .timeline import BUCKETS, MAX_BARS, render_buckets
 from .timeline import render as render_timeline
@@ -99,22 +99,10 @@ class Pages:
 
     def wait_for(self, workflow_class: str, step_name: str | None) -> str | None:
         """The signal ``step_name`` of ``workflow_class`` waits for, when the class is known here."""
-        klass = self.klass(workflow_class)
-        if klass is None or not step_name:
-            return None
-        try:
-            return klass.step_spec(step_name).wait_for
-        except StepNotDefined:
-            return None
+        return shapes.wait_for(self.engine, workflow_class, step_name)
 
     def present(self, row: Mapping[str, Any]) -> Presentation:
-        step = row.get("step_step_name")
-        if step is None and isinstance(row.get("latest_step"), Mapping):
-            step = row["latest_step"].get("step_name")
-        settings = self.engine.settings
-        return present(row, now=g.pgbus_now, stall_threshold=settings.stall_threshold,
-                       wait_for=self.wait_for(row["workflow_class"], step or row.get("current_step")),
-                       waiting_threshold=settings.waiting_threshold)
+        return shapes.presentation_of(self.engine, row, g.pgbus_now)
 
     def subject(self, row: Mapping[str, Any]) -> Any:
         return helpers.subject_link(self.engine.settings.subject_url, row.get("subject_type"), row.get("subject_id"))
@@ -231,20 +219,16 @@ class Pages:
             raise NotFound(markup(ugettext("The dashboard has no action %(value)s."), value=inputs.shown(action)))
         run = self.load(workflow_id)
         reason = inputs.text(request.form, "reason")
-        params: dict[str, Any] = {}
-        step = inputs.text(request.form, "step")
-        if action == "resume_at":
-            if not step:
-                raise BadRequest(gettext("Choose the step to resume at."))
-            params["step"] = step
-        elif action == "rerun" and step:
-            params["step"] = step
+        params, missing = inputs.verb_params(verbs.BY_NAME[action], request.form)
+        if missing is not None:
+            raise BadRequest(gettext(missing))
+        step = params.get("step")
         if request.form.get("confirmed") != "1":
             latest = run.latest_step or {}
             ongoing = run.ongoing_children()
             question = helpers.action_confirm(action, run.workflow_class, step or run.current_step, helpers.HTML,
                                               open_step=latest.get("status") in states.OPEN_STEP, children=ongoing)
-            fields = {"reason": reason or "", **({"step": step} if step else {})}
+            fields = {"reason": reason or "", **{k: v for k, v in params.items() if isinstance(v, str)}}
             return render(
                 "pgbus/confirm.html", question=question, target=url_for(".act", workflow_id=run.workflow_id,
                                                                          action=action),
@@ -308,7 +292,7 @@ class Pages:
         action = form["action"]
         key = {"workflow_class": form["workflow_class"], "step_name": form["step_name"],
                "reason": form["stuck_reason"], "error_class": form["error_class"] or None}
-        if action not in states.BULK_ACTIONS:
+        if action not in verbs.BULK_ACTIONS:
             raise BadRequest(markup(ugettext("The dashboard has no action %(value)s."), value=inputs.shown(action)))
         if key["reason"] not in states.STUCK_REASONS:
             raise BadRequest(markup(ugettext("Unknown stuck reason %(value)s."),
