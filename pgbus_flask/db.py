@@ -19,12 +19,13 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import pq
+from psycopg import pq, sql
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .config import redact
 from .errors import ConfigError, DatabaseError, DatabaseUnavailable, PgbusError, SchemaMissing
+from .sql import STATEMENTS, statement
 
 log = logging.getLogger("pgbus_flask")
 
@@ -152,6 +153,37 @@ class Transaction:
         """Run a statement on this transaction's connection (rows as dicts)."""
         cur = self.conn.cursor(row_factory=dict_row)
         return cur.execute(query, params)
+
+
+#: A row as the library reads it: column name to value.
+Row = dict[str, Any]
+
+
+def run(target: Transaction | psycopg.Connection[Any], name: str | sql.Composable, params: Any = None
+        ) -> psycopg.Cursor[Row]:
+    """Run a statement on a transaction block or a connection; its rows come as dicts.
+
+    ``name`` names a statement of ``pgbus_flask/sql/*.sql``, or is a statement composed by
+    :mod:`pgbus_flask.filters` (its text depends on the arguments). Given a block whose BEGIN is
+    still pending, both go in one round trip (:meth:`Transaction.query`). The same name sends the
+    same text every time, so psycopg prepares a statement the process runs often.
+    """
+    text = name if isinstance(name, sql.Composable) else STATEMENTS.get(name) or statement(name)
+    if isinstance(target, Transaction):
+        return target.query(text, params)
+    return target.cursor(row_factory=dict_row).execute(text, params)  # type: ignore[arg-type]
+
+
+def fetch_one(target: Transaction | psycopg.Connection[Any], name: str | sql.Composable,
+              params: Any = None) -> Row | None:
+    """The first row of :func:`run` (None when there is none)."""
+    return run(target, name, params).fetchone()
+
+
+def fetch_all(target: Transaction | psycopg.Connection[Any], name: str | sql.Composable,
+              params: Any = None) -> list[Row]:
+    """Every row of :func:`run`."""
+    return run(target, name, params).fetchall()
 
 
 _current: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar("pgbus_transaction", default=None)

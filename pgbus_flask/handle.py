@@ -18,6 +18,7 @@ from typing import Any
 from . import orm, payload, runner, states, verbs
 from .engine import Engine
 from .errors import WorkflowNotFound
+from .filters import HEAD_BYTES, HEAD_CHARS, WHOLE_BYTES, bounded  # noqa: F401 (the names handle.py gave them)
 from .runner import ResumePlan, Row, SignalResult
 
 
@@ -37,30 +38,11 @@ _PAUSE_EVENTS_SQL = ("SELECT event, created_at FROM pgbus_workflow_events WHERE 
 #: Attempts, audit events, signals, child runs and batches a page of a run shows at once (the newest;
 #: "older" pages show the rest).
 PAGE_SIZE = 25
-#: A JSON value a page shows (a signal's payload, a fan-out child's arguments and result) is read
-#: whole only when PostgreSQL stores it in at most this many bytes; of a larger one a page reads the
-#: first :data:`HEAD_CHARS` characters of its JSON text (``<column>_head``), and the whole value is
-#: read on its own (:meth:`Run.signal_row`, :func:`pgbus_flask.queries.batch_child`).
-WHOLE_BYTES = 16_384
-HEAD_CHARS = 1_000
-#: Of a value stored larger than this not even the start is read (it would be read whole to write it as
-#: text: some 6 ms a MB): its head is empty.
-HEAD_BYTES = 262_144
 # A signal's columns but its payload (read bounded, see WHOLE_BYTES).
 _SIGNAL_COLUMNS = ("id, workflow_id, name, idempotency_key, status, sent_by, claimed_by_step_id, claimed_at,"
                    " consumed_at, created_at")
 _CHILD_COLUMNS = ("id, workflow_id, workflow_class, status, current_step, parent_step_name, created_at, finished_at,"
                   " attention_reason")
-
-
-def bounded(column: str) -> str:
-    """Select-list items for the jsonb ``column``: the value when it is stored in at most
-    :data:`WHOLE_BYTES` (else NULL), and ``<column>_head``, the start of a larger one's JSON text
-    (empty past :data:`HEAD_BYTES`; ``pg_column_size`` reads the stored size without reading the value)."""
-    size = f"pg_column_size({column})"
-    return (f"CASE WHEN {size} <= {WHOLE_BYTES} THEN {column} END AS {column},"
-            f" CASE WHEN {size} <= {WHOLE_BYTES} THEN NULL WHEN {size} <= {HEAD_BYTES}"
-            f" THEN left({column}::text, {HEAD_CHARS}) ELSE '' END AS {column}_head")
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import Connection
 
+from . import db
 from .errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -49,53 +50,18 @@ HOURLY_AFTER = timedelta(days=2)
 FOLD_BATCH = 100_000
 BIN_RATIO = 1.5
 
-#: The kinds kept by 5 minutes (the throughput chart's series); every other kind is kept by the hour.
+#: The kinds kept by 5 minutes (the throughput chart's series); every other kind is kept by the hour
+#: (pgbus_flask/sql/insights.sql spells them out).
 FINE = ("started", "finished", "cancelled", "attempt")
-_FINE_SQL = "kind IN ('started', 'finished', 'cancelled', 'attempt')"
-
-#: The bucket a row older than two days is merged into: the hour for the fine kinds, the UTC day
-#: for the others.
-_OLD_BUCKET = f"CASE WHEN {_FINE_SQL} THEN date_trunc('hour', bucket) ELSE date_trunc('day', bucket, 'UTC') END"
-
-FOLD = f"""
-    WITH moved AS (
-        DELETE FROM pgbus_insight_deltas
-        WHERE ctid = ANY(ARRAY(SELECT ctid FROM pgbus_insight_deltas LIMIT %(batch)s))
-        RETURNING *
-    )
-    INSERT INTO pgbus_insights AS i (workflow_class, bucket, step, kind, label, bin, n, max_ms)
-    SELECT workflow_class, CASE WHEN bucket < now() - %(hourly)s::interval THEN {_OLD_BUCKET} ELSE bucket END,
-           step, kind, label, bin, sum(n), max(max_ms)
-    FROM moved GROUP BY 1, 2, 3, 4, 5, 6
-    ON CONFLICT (workflow_class, bucket, step, kind, label, bin)
-    DO UPDATE SET n = i.n + EXCLUDED.n, max_ms = greatest(i.max_ms, EXCLUDED.max_ms)
-"""
-
-#: Rows older than two days, from where the last compaction stopped, merged into hourly (fine kinds)
-#: or daily rows.
-COMPACT = f"""
-    WITH old AS (
-        DELETE FROM pgbus_insights
-        WHERE bucket >= %(since)s AND bucket < now() - %(hourly)s::interval AND bucket <> {_OLD_BUCKET}
-        RETURNING *
-    )
-    INSERT INTO pgbus_insights AS i (workflow_class, bucket, step, kind, label, bin, n, max_ms)
-    SELECT workflow_class, {_OLD_BUCKET}, step, kind, label, bin, sum(n), max(max_ms)
-    FROM old GROUP BY 1, 2, 3, 4, 5, 6
-    ON CONFLICT (workflow_class, bucket, step, kind, label, bin)
-    DO UPDATE SET n = i.n + EXCLUDED.n, max_ms = greatest(i.max_ms, EXCLUDED.max_ms)
-"""
-
-EXPIRE = "DELETE FROM pgbus_insights WHERE bucket < now() - %s::interval"
 
 
 def fold(conn: Connection[Any], cursor: datetime | None) -> tuple[int, datetime]:
     """Fold the deltas, compact old rows, drop expired ones: ``(delta rows folded, new cursor)``.
     ``cursor`` is where the last compaction stopped (None: from the start)."""
-    folded = conn.execute(FOLD, {"batch": FOLD_BATCH, "hourly": HOURLY_AFTER}).rowcount
-    until = conn.execute("SELECT now() - %s::interval", (HOURLY_AFTER,)).fetchone()[0]  # type: ignore[index]
-    conn.execute(COMPACT, {"since": cursor or datetime(2000, 1, 1).astimezone(), "hourly": HOURLY_AFTER})
-    conn.execute(EXPIRE, (KEEP,))
+    folded = db.run(conn, "insights_fold", {"batch": FOLD_BATCH, "hourly": HOURLY_AFTER}).rowcount
+    until = db.fetch_one(conn, "insights_compact_until", (HOURLY_AFTER,))["until"]  # type: ignore[index]
+    db.run(conn, "insights_compact", {"since": cursor or datetime(2000, 1, 1).astimezone(), "hourly": HOURLY_AFTER})
+    db.run(conn, "insights_expire", (KEEP,))
     return folded, until - timedelta(days=1)
 
 
@@ -196,34 +162,6 @@ def window_of(value: str | None) -> str:
     return value
 
 
-# The fine kinds from the window's first bucket; the others from the start of the hour (the day,
-# beyond two days) the window starts in: their rows are whole hours or days.
-_ROWS = f"""
-    SELECT step, kind, label, bin, sum(n)::bigint, max(max_ms)
-    FROM pgbus_insights
-    WHERE workflow_class = %(cls)s AND bucket >= %(coarse)s
-      AND (bucket >= %(since)s OR NOT {_FINE_SQL})
-    GROUP BY 1, 2, 3, 4
-"""
-_SERIES = """
-    SELECT date_bin(%(width)s::interval, bucket, %(origin)s) AS b, kind, sum(n)::bigint
-    FROM pgbus_insights
-    WHERE workflow_class = %(cls)s AND bucket >= %(since)s
-      AND step = '' AND kind IN ('started', 'finished')
-    GROUP BY 1, 2
-    UNION ALL
-    SELECT date_bin(%(width)s::interval, bucket, %(origin)s), 'failed', sum(n)::bigint
-    FROM pgbus_insights
-    WHERE workflow_class = %(cls)s AND bucket >= %(since)s AND kind = 'attempt' AND label = 'failed'
-    GROUP BY 1
-"""
-_NOW = """
-    SELECT step, status, sum(runs)::bigint FROM pgbus_run_counts
-    WHERE workflow_class = %(cls)s AND status IN ('ready', 'running', 'waiting', 'paused')
-    GROUP BY 1, 2 HAVING sum(runs) <> 0
-"""
-
-
 def insights(engine: Engine, workflow_class: str, window: str | None = None,
              step_names: list[str] | None = None) -> Insights:
     """The insights of ``workflow_class`` over ``window`` (one of :data:`WINDOWS`).
@@ -233,16 +171,16 @@ def insights(engine: Engine, workflow_class: str, window: str | None = None,
     window = window_of(window)
     span, width = WINDOWS[window]
     with engine.db.connection() as conn:
-        now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        now = db.fetch_one(conn, "now")["now"]  # type: ignore[index]
         origin = datetime(2000, 1, 1, tzinfo=now.tzinfo)
         # the first bucket is the one the window starts in, so a window holds whole buckets
         first = origin + ((now - span) - origin) // width * width
         coarse = (first.replace(minute=0, second=0, microsecond=0) if span <= HOURLY_AFTER
                   else first.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0))
         params = {"cls": workflow_class, "since": first, "coarse": coarse, "width": width, "origin": origin}
-        rows = conn.execute(_ROWS, params).fetchall()
-        series = conn.execute(_SERIES, params).fetchall()
-        at_now = conn.execute(_NOW, params).fetchall()
+        rows = db.fetch_all(conn, "insights_rows", params)
+        series = db.fetch_all(conn, "insights_series", params)
+        at_now = db.fetch_all(conn, "insights_now", params)
     result = Insights(workflow_class, window, first, now, width)
     steps: dict[str, StepInsight] = {name: StepInsight(name) for name in (step_names or [])}
     durations: dict[str, dict[int, int]] = {}
@@ -255,8 +193,9 @@ def insights(engine: Engine, workflow_class: str, window: str | None = None,
             steps[name] = StepInsight(name)
         return steps[name]
 
-    for name, kind, label, bin_, n, max_ms in rows:
-        n = int(n)
+    for row in rows:
+        name, kind, label, bin_, max_ms = row["step"], row["kind"], row["label"], row["bin"], row["max_ms"]
+        n = int(row["n"])
         if kind == "started":
             result.started += n
         elif kind == "finished":
@@ -286,9 +225,9 @@ def insights(engine: Engine, workflow_class: str, window: str | None = None,
             waits.setdefault(name, {})[int(bin_)] = waits.get(name, {}).get(int(bin_), 0) + n
             if max_ms is not None:
                 longest_wait[name] = max(longest_wait.get(name, 0.0), float(max_ms))
-    for name, status, runs in at_now:
-        if name:
-            step(name).now_by_status[status] = int(runs)
+    for row in at_now:
+        if row["step"]:
+            step(row["step"]).now_by_status[row["status"]] = int(row["runs"])
     for name, insight in steps.items():
         bins = durations.get(name, {})
         insight.p50_ms = percentile(bins, 0.5, longest.get(name))
@@ -310,8 +249,8 @@ def insights(engine: Engine, workflow_class: str, window: str | None = None,
     while start <= now:
         counts[start] = Bucket(start)
         start += width
-    for moment, kind, n in series:
-        bucket = counts.setdefault(moment, Bucket(moment))
-        setattr(bucket, kind, getattr(bucket, kind) + int(n))
+    for row in series:
+        bucket = counts.setdefault(row["b"], Bucket(row["b"]))
+        setattr(bucket, row["kind"], getattr(bucket, row["kind"]) + int(row["n"]))
     result.buckets = [counts[k] for k in sorted(counts)]
     return result

@@ -14,10 +14,11 @@ from typing import Any
 
 from psycopg import sql
 
-from . import attention, payload, runner, states, verbs
+from . import attention, db, filters, payload, runner, states, verbs
 from .engine import Engine
 from .errors import InvalidInput, PgbusError, StepNotDefined, WorkflowNotFound
-from .handle import PAGE_SIZE, bounded
+from .handle import PAGE_SIZE
+from .sql import statement
 
 Row = dict[str, Any]
 
@@ -35,9 +36,8 @@ MIN_PREFIX = 4
 PREFIX_CANDIDATES = 5
 _ID_TEMPLATE = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
 _HEX = frozenset("0123456789abcdef")
-# The runs whose ids lie in [low, high]: a range scan of the unique index on workflow_id.
-RUNS_BY_ID_RANGE = ("SELECT workflow_id, workflow_class, status FROM pgbus_workflows"
-                    " WHERE workflow_id BETWEEN %s AND %s ORDER BY workflow_id LIMIT %s")
+#: The runs whose ids lie in [low, high]: a range scan of the unique index on workflow_id.
+RUNS_BY_ID_RANGE = statement("runs_by_id_range")
 
 
 def _checked(*filters: tuple[str, str | None]) -> None:
@@ -51,34 +51,19 @@ def _checked(*filters: tuple[str, str | None]) -> None:
 def status_counts(engine: Engine) -> dict[tuple[str, str], int]:
     """``{(workflow_class, status): runs}`` over every run, from ``pgbus_run_counts`` (not the runs)."""
     with engine.db.connection() as conn:
-        rows = conn.execute("SELECT workflow_class, status, sum(runs) FROM pgbus_run_counts GROUP BY 1, 2"
-                            " HAVING sum(runs) <> 0").fetchall()
-    return {(r[0], r[1]): int(r[2]) for r in rows}
+        rows = db.fetch_all(conn, "status_counts")
+    return {(r["workflow_class"], r["status"]): int(r["runs"]) for r in rows}
 
 
 # The stuck reads start from the attention columns the runner keeps on each run (pgbus_flask/attention.py):
 # paused runs from pgbus_workflows_attention_paused (their counts from pgbus_run_counts), overdue and
-# waiting_overdue ones from a range of pgbus_workflows_attention_due. Parameters: %(now)s (None: the
-# database's now()), %(stall)s and %(waiting)s (intervals).
-_PAUSED = "w.attention_reason IN ('stalled', 'paused_error', 'paused_manual')"
-_DUE = {
-    "overdue": "w.attention_reason = 'overdue'"
-               " AND w.attention_since < COALESCE(%(now)s::timestamptz, now()) - %(stall)s::interval",
-    "waiting_overdue": "w.attention_reason = 'waiting_overdue'"
-                       " AND w.attention_since < COALESCE(%(now)s::timestamptz, now()) - %(waiting)s::interval",
-}
+# waiting_overdue ones from a range of pgbus_workflows_attention_due (pgbus_flask/filters.py composes them).
+# Parameters: %(now)s (None: the database's now()), %(stall)s and %(waiting)s (intervals).
 
 
 def _due_reasons(engine: Engine) -> tuple[str, ...]:
     """The reasons that come with time: waiting_overdue only when PGBUS_WAITING_THRESHOLD is set."""
     return ("overdue", "waiting_overdue") if engine.settings.waiting_threshold is not None else ("overdue",)
-
-
-def _reason_sql(engine: Engine, reason: str) -> str:
-    """The condition on ``pgbus_workflows w`` for the runs stuck for ``reason``."""
-    if reason in attention.PAUSED_REASONS:
-        return f"{_PAUSED} AND w.attention_reason = '{reason}'"  # a literal: the partial index applies
-    return _DUE[reason] if reason in _due_reasons(engine) else "FALSE"
 
 
 def _params(engine: Engine, now: datetime | None, workflow_class: str | None) -> tuple[Row, bool]:
@@ -89,18 +74,18 @@ def _params(engine: Engine, now: datetime | None, workflow_class: str | None) ->
     waiting = settings.waiting_threshold is not None
     params: Row = {"cls": workflow_class}
     with engine.db.connection() as conn:
-        db_now = now or conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        db_now = now or db.fetch_one(conn, "now")["now"]  # type: ignore[index]
     params["overdue"] = db_now - settings.stall_threshold
     params["waiting_cutoff"] = db_now - (settings.waiting_threshold or timedelta(0))
     return params, waiting
 
 
-def _read(engine: Engine, query: str, params: Row) -> list[tuple[Any, ...]]:
+def _read(engine: Engine, query: str | sql.Composable, params: Row) -> list[Row]:
     """Rows of a stuck read, with JIT off for its transaction: on a big stuck set the planner's estimate
     crosses ``jit_above_cost``, and compiling costs more than the index-driven plan itself."""
     with engine.db.connection() as conn, conn.transaction():
-        conn.execute("SET LOCAL jit = off")
-        return list(conn.execute(query.encode(), params).fetchall())
+        db.run(conn, "jit_off")
+        return db.fetch_all(conn, query, params)
 
 
 def _base(engine: Engine, now: datetime | None, workflow_class: str | None) -> Row:
@@ -115,25 +100,15 @@ def stuck_reason_counts(engine: Engine, workflow_class: str | None = None,
     """``{(workflow_class, reason): runs}`` of ongoing runs that need a person: the paused ones from
     ``pgbus_run_counts``, the overdue and waiting_overdue ones from their index range."""
     params = _base(engine, now, workflow_class)
-    cls = " AND workflow_class = %(cls)s" if workflow_class is not None else ""
-    parts = [f"""SELECT workflow_class, attention_reason, sum(runs) FROM pgbus_run_counts
-                 WHERE status = 'paused' AND attention_reason <> ''{cls} GROUP BY 1, 2 HAVING sum(runs) <> 0"""]
-    parts += [f"SELECT w.workflow_class, '{reason}', count(*) FROM pgbus_workflows w WHERE {_DUE[reason]}{cls}"
-              " GROUP BY 1" for reason in _due_reasons(engine)]
-    return {(r[0], r[1]): int(r[2]) for r in _read(engine, "\nUNION ALL\n".join(parts), params)}
-
-
-#: Per class, the seconds since the oldest overdue step was due: a range of pgbus_workflows_attention_due
-#: (an overdue run's attention_since is its scheduled step's scheduled_at), on the database's clock.
-OLDEST_OVERDUE = (f"SELECT w.workflow_class, extract(epoch FROM COALESCE(%(now)s::timestamptz, now())"
-                  f" - min(w.attention_since)) FROM pgbus_workflows w WHERE {_DUE['overdue']} GROUP BY 1")
+    query = filters.stuck_counts(_due_reasons(engine), by_class=workflow_class is not None)
+    return {(r["workflow_class"], r["reason"]): int(r["runs"]) for r in _read(engine, query, params)}
 
 
 def oldest_overdue(engine: Engine, now: datetime | None = None) -> dict[str, float]:
     """``{workflow_class: seconds}``: how long ago the oldest overdue step of each class was due (classes
     with no overdue step are left out). It costs what the overdue runs cost, like their count."""
     params = _base(engine, now, None)
-    return {r[0]: float(r[1]) for r in _read(engine, OLDEST_OVERDUE, params)}
+    return {r["workflow_class"]: float(r["seconds"]) for r in _read(engine, "oldest_overdue", params)}
 
 
 @dataclass(frozen=True)
@@ -148,14 +123,8 @@ class Stats:
 def stats(engine: Engine) -> Stats:
     """:class:`Stats` in one statement: the counts table, and the index ranges of the due reasons."""
     params = _base(engine, None, None)
-    due = "".join(f" + (SELECT count(*) FROM pgbus_workflows w WHERE {_DUE[reason]})"
-                  for reason in _due_reasons(engine))
-    row = _read(engine, f"""
-        SELECT COALESCE(sum(runs) FILTER (WHERE status IN ('ready', 'running', 'waiting', 'paused')), 0),
-               COALESCE(sum(runs) FILTER (WHERE status = 'paused'), 0),
-               COALESCE(sum(runs) FILTER (WHERE status = 'paused' AND attention_reason <> ''), 0){due}
-        FROM pgbus_run_counts""", params)[0]
-    return Stats(int(row[0]), int(row[1]), int(row[2]))
+    row = _read(engine, filters.stats(_due_reasons(engine)), params)[0]
+    return Stats(int(row["ongoing"]), int(row["paused"]), int(row["attention"]))
 
 
 @dataclass(frozen=True)
@@ -186,47 +155,10 @@ def attention_groups(engine: Engine, workflow_class: str | None = None, *, limit
     """
     params = _base(engine, now, workflow_class)
     params["limit"] = min(int(limit), GROUP_LIMIT)
-    cls_counts = " AND workflow_class = %(cls)s" if workflow_class is not None else ""
-    cls = " AND w.workflow_class = %(cls)s" if workflow_class is not None else ""
-    same_group = (f"{_PAUSED} AND w.workflow_class = p.workflow_class AND w.current_step = p.step_name"
-                  " AND w.attention_reason = p.reason"
-                  " AND COALESCE(w.attention_error_class, '') = COALESCE(p.error_class, '')")
-    due = " OR ".join(f"({_DUE[reason]})" for reason in _due_reasons(engine))
-    query = f"""
-        WITH paused AS (
-            SELECT workflow_class, step AS step_name, attention_reason AS reason,
-                   NULLIF(error_class, '') AS error_class, sum(runs) AS runs
-            FROM pgbus_run_counts WHERE status = 'paused' AND attention_reason <> ''{cls_counts}
-            GROUP BY 1, 2, 3, 4 HAVING sum(runs) > 0
-        ), groups AS (
-            SELECT p.workflow_class, p.step_name, p.reason, p.error_class, p.runs,
-                   oldest.since AS first_seen_at, newest.since AS last_seen_at, newest.step_id
-            FROM paused p
-            LEFT JOIN LATERAL (SELECT w.attention_since AS since FROM pgbus_workflows w WHERE {same_group}
-                               ORDER BY w.attention_since, w.id LIMIT 1) oldest ON TRUE
-            LEFT JOIN LATERAL (SELECT w.attention_since AS since, w.attention_step_id AS step_id
-                               FROM pgbus_workflows w WHERE {same_group}
-                               ORDER BY w.attention_since DESC, w.id DESC LIMIT 1) newest ON TRUE
-            UNION ALL
-            SELECT d.*, newest.step_id FROM (
-                SELECT w.workflow_class, w.current_step, w.attention_reason, w.attention_error_class, count(*),
-                       min(w.attention_since), max(w.attention_since) AS last_seen
-                FROM pgbus_workflows w WHERE ({due}){cls}
-                GROUP BY 1, 2, 3, 4
-            ) d
-            LEFT JOIN LATERAL (SELECT w.attention_step_id AS step_id FROM pgbus_workflows w
-                               WHERE w.attention_reason = d.attention_reason AND w.attention_since = d.last_seen
-                                 AND w.workflow_class = d.workflow_class AND w.current_step = d.current_step
-                                 AND w.attention_error_class IS NOT DISTINCT FROM d.attention_error_class
-                               ORDER BY w.id DESC LIMIT 1) newest ON TRUE
-        )
-        SELECT g.workflow_class, g.step_name, g.reason, g.error_class, g.runs, g.first_seen_at, g.last_seen_at,
-               s.error_message, s.error_code, s.error_params
-        FROM groups g LEFT JOIN pgbus_workflow_steps s ON s.id = g.step_id
-        ORDER BY g.runs DESC, g.last_seen_at DESC NULLS LAST, g.workflow_class, g.step_name
-        LIMIT %(limit)s
-    """
-    return [AttentionGroup(r[0], r[1], r[2], r[3], int(r[4]), *r[5:]) for r in _read(engine, query, params)]
+    query = filters.attention_groups(_due_reasons(engine), by_class=workflow_class is not None)
+    return [AttentionGroup(r["workflow_class"], r["step_name"], r["reason"], r["error_class"], int(r["runs"]),
+                           r["first_seen_at"], r["last_seen_at"], r["error_message"], r["error_code"],
+                           r["error_params"]) for r in _read(engine, query, params)]
 
 
 def attention_ids(engine: Engine, workflow_class: str, step_name: str, reason: str, error_class: str | None, *,
@@ -237,15 +169,8 @@ def attention_ids(engine: Engine, workflow_class: str, step_name: str, reason: s
     _checked(("step", step_name), ("error class", error_class))
     params = _base(engine, now, workflow_class)
     params.update(step=step_name, error=error_class or "", limit=min(int(limit), IDS_LIMIT))
-    # A paused group's runs come in this order from pgbus_workflows_attention_paused, so the oldest 500
-    # are read and no more (the extended statistics of migration 0004 tell the planner how big a group is).
-    query = f"""
-        SELECT w.workflow_id FROM pgbus_workflows w
-        WHERE {_reason_sql(engine, reason)} AND w.workflow_class = %(cls)s AND w.current_step = %(step)s
-          AND COALESCE(w.attention_error_class, '') = %(error)s
-        ORDER BY w.attention_since, w.id LIMIT %(limit)s
-    """
-    return [r[0] for r in _read(engine, query, params)]
+    query = filters.attention_ids(reason, _due_reasons(engine))
+    return [r["workflow_id"] for r in _read(engine, query, params)]
 
 
 @dataclass
@@ -341,14 +266,15 @@ def resolve_run_id(engine: Engine, text: str) -> uuid.UUID:
     if len(digits.replace("-", "")) < MIN_PREFIX:
         raise InvalidInput("run id", f"{digits!r} is too short: give at least {MIN_PREFIX} characters of the id")
     with engine.db.reading() as conn:
-        rows = conn.execute(RUNS_BY_ID_RANGE, (low, high, PREFIX_CANDIDATES + 1)).fetchall()
+        rows = db.fetch_all(conn, "runs_by_id_range", (low, high, PREFIX_CANDIDATES + 1))
     if not rows:
         raise WorkflowNotFound(f"{digits}...")
     if len(rows) > 1:
         many = f"more than {PREFIX_CANDIDATES}" if len(rows) > PREFIX_CANDIDATES else str(len(rows))
-        listed = ", ".join(f"{r[0]} ({_shown(r[1])}, {r[2]})" for r in rows[:PREFIX_CANDIDATES])
+        listed = ", ".join(f"{r['workflow_id']} ({_shown(r['workflow_class'])}, {r['status']})"
+                           for r in rows[:PREFIX_CANDIDATES])
         raise InvalidInput("run id", f"{digits} matches {many} runs: {listed}; give more of the id")
-    return rows[0][0]  # type: ignore[no-any-return]
+    return rows[0]["workflow_id"]  # type: ignore[no-any-return]
 
 
 # -- run lists ---------------------------------------------------------------
@@ -381,26 +307,8 @@ def like_escape(text: str) -> str:
 
 
 def _index_order(f: RunFilter) -> list[str]:
-    """The columns the filters fix, as a prefix of ``ORDER BY ... id DESC``: the same order (they are
-    equal on every row), which only the index made for those filters gives without a sort. The planner
-    would otherwise walk the primary key backwards whenever it guesses the matches are spread evenly,
-    and at 1,000,000 runs it guesses wrong (the 500,000 newest are all finished runs of one class).
-    :func:`list_runs` fixes these columns with ranges, so that the planner keeps them in the order."""
-    if f.reason in PAUSED_REASONS and f.workflow_class and f.step and f.error_class is not None:
-        return ["w.workflow_class", "w.attention_reason", "w.current_step", "COALESCE(w.attention_error_class, '')"]
-    if f.reason in PAUSED_REASONS:
-        return ["w.attention_reason"]
-    if f.reason:
-        return []  # overdue, waiting_overdue: a range of pgbus_workflows_attention_due, then sorted
-    if f.workflow_class and f.status:
-        return ["w.workflow_class", "w.status"]
-    if f.workflow_class:
-        return ["w.workflow_class"]
-    if f.status:
-        return ["w.status"]
-    if f.step:
-        return ["w.current_step"]
-    return []
+    """The columns the filters fix, leading the runs list's order (:func:`pgbus_flask.filters.index_order`)."""
+    return filters.index_order(f.workflow_class, f.status, f.step, f.reason, f.error_class)
 
 
 def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
@@ -412,17 +320,12 @@ def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
     _checked(("class", f.workflow_class), ("step", f.step), ("error class", f.error_class),
              ("subject", f.subject), ("text", f.text))
     limit = max(1, min(int(f.limit), MAX_LIMIT))
-    where: list[sql.Composable] = [sql.SQL("TRUE")]
+    where: list[sql.Composable] = []
     params: Row = {"limit": limit + 1}
     fixed = _index_order(f)
 
     def same(column: str, param: str) -> sql.Composable:
-        # A column the ORDER BY leads with is fixed by a range of one value, not "=": PostgreSQL
-        # drops a column it knows equal to a constant from the order, and could then walk the
-        # primary key again instead of this filter's index.
-        if column in fixed:
-            return sql.SQL(f"{column} BETWEEN %({param})s AND %({param})s")
-        return sql.SQL(f"{column} = %({param})s")
+        return filters.same(column, param, fixed)
 
     if f.workflow_class:
         where.append(same("w.workflow_class", "cls"))
@@ -435,87 +338,65 @@ def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
         params["step"] = f.step
     if f.subject:
         kind, _, ident = f.subject.partition(" ")
-        where.append(sql.SQL("w.subject_type = %(stype)s"))
+        where.append(filters.SUBJECT_TYPE)
         params["stype"] = kind
         if ident:
-            where.append(sql.SQL("w.subject_id = %(sid)s"))
+            where.append(filters.SUBJECT_ID)
             params["sid"] = ident
     older_than_window: int | None = None  # a text search's lowest run id read, when older runs are left
     text = f.text.strip() if f.text else ""
     whole_id = _whole_run_id(text)
     if whole_id is not None:  # one run, from the unique index, however old
-        where.append(sql.SQL("w.workflow_id = %(whole_id)s"))
+        where.append(filters.WHOLE_ID)
         params["whole_id"] = whole_id
     elif text:
-        matches: list[sql.Composable] = [sql.SQL("w.subject_id = %(text)s"),
-                   sql.SQL("(w.subject_type || ' ' || w.subject_id) ILIKE %(text_like)s")]
+        matches: list[sql.Composable] = [filters.TEXT_IS_SUBJECT_ID, filters.TEXT_IN_SUBJECT]
         params.update(text=text, text_like="%" + like_escape(text) + "%")
         bounds = run_id_range(text)
         if bounds is not None:  # the run ids starting with the text
-            matches.insert(0, sql.SQL("w.workflow_id BETWEEN %(id_low)s AND %(id_high)s"))
+            matches.insert(0, filters.TEXT_STARTS_ID)
             params.update(id_low=bounds[0], id_high=bounds[1])
-        where.append(sql.SQL("({})").format(sql.SQL(" OR ").join(matches)))
+        where.append(filters.any_of(matches))
         # A piece of a subject can only be found by reading runs: a page reads at most TEXT_WINDOW of
         # them (by id, below the cursor), and when older runs are left its cursor continues below them.
         with engine.db.connection() as conn:
-            newest, oldest = conn.execute("SELECT max(id), min(id) FROM pgbus_workflows").fetchone()  # type: ignore[misc]
+            span = db.fetch_one(conn, "run_id_span")
+        newest, oldest = span["newest"], span["oldest"]  # type: ignore[index]
         low = (f.before or (newest or 0) + 1) - TEXT_WINDOW
-        where.append(sql.SQL("w.id >= %(text_window)s"))
+        where.append(filters.TEXT_WINDOW)
         params["text_window"] = low
         if oldest is not None and oldest < low:
             older_than_window = low
     if f.before:
-        where.append(sql.SQL("w.id < %(before)s"))
+        where.append(filters.BEFORE)
         params["before"] = f.before
     if f.reason in attention.PAUSED_REASONS:
-        where += [sql.SQL(_PAUSED), same("w.attention_reason", "reason")]
+        where += [filters.PAUSED, same("w.attention_reason", "reason")]
         params["reason"] = f.reason
     elif f.reason:
         params.update(now=None, stall=engine.settings.stall_threshold,
                       waiting=engine.settings.waiting_threshold or timedelta(0))
-        where.append(sql.SQL(_reason_sql(engine, f.reason)))
+        where.append(filters.stuck_for(f.reason, _due_reasons(engine)))
     if f.reason and f.error_class is not None:
         where.append(same("COALESCE(w.attention_error_class, '')", "error_class"))
         params["error_class"] = f.error_class
-    query = sql.SQL("""
-        SELECT w.*, s.id AS step_id, s.step_name AS step_step_name, s.attempt AS step_attempt,
-               s.status AS step_status, s.scheduled_at AS step_scheduled_at, s.started_at AS step_started_at,
-               s.stall_at AS step_stall_at, s.enqueued_at AS step_enqueued_at, s.error_class AS step_error_class,
-               s.error_message AS step_error_message, s.waiting_since AS step_waiting_since,
-               s.timeout_at AS step_timeout_at, s.batch_id AS step_batch_id, s.outcome AS step_outcome,
-               s.finished_at AS step_finished_at, cardinality(s.child_ids) AS step_children,
-               b.done AS batch_done, b.failed AS batch_failed, b.total AS batch_total
-        FROM pgbus_workflows w
-        LEFT JOIN LATERAL (SELECT * FROM pgbus_workflow_steps WHERE workflow_id = w.workflow_id
-                           ORDER BY id DESC LIMIT 1) s ON TRUE
-        LEFT JOIN pgbus_batches b ON b.id = s.batch_id
-        WHERE {where}
-        ORDER BY {order} w.id DESC LIMIT %(limit)s
-    """).format(where=sql.SQL(" AND ").join(where), order=sql.SQL("".join(f"{c} DESC, " for c in _index_order(f))))
+    query = filters.runs_page(where, fixed)
     with engine.db.connection() as conn, conn.transaction() if f.reason else contextlib.nullcontext():
         if f.reason:
-            conn.execute("SET LOCAL jit = off")  # as in _read
-        rows = list(runner.query(conn, query, params).fetchall())  # type: ignore[arg-type]
+            db.run(conn, "jit_off")  # as in _read
+        rows = db.fetch_all(conn, query, params)
     cursor = rows[limit - 1]["id"] if len(rows) > limit else older_than_window
     return rows[:limit], cursor
-
-
-_BATCH = ("SELECT b.*, w.workflow_class, w.subject_type, w.subject_id FROM pgbus_batches b"
-          " JOIN pgbus_workflows w ON w.workflow_id = b.workflow_id WHERE b.id = %s")
-# A child's columns but its arguments and result (read bounded on a page, see handle.WHOLE_BYTES).
-_BATCH_CHILD_COLUMNS = ("batch_id, position, status, job_id, enqueued_at, finished_at, error_class, error_message,"
-                        " error_code, error_params")
 
 
 def batch_progress(engine: Engine, batch_id: int) -> tuple[Row, list[Row]] | None:
     """A batch (done, failed, total, status ...) with its run's ``workflow_class``, ``subject_type`` and
     ``subject_id``, and all its children (``position`` from 0), or None. A page of them: :func:`batch_page`."""
     with engine.db.connection() as conn:
-        batch = runner.query(conn, _BATCH, (batch_id,)).fetchone()
+        batch = db.fetch_one(conn, "batch", (batch_id,))
         if batch is None:
             return None
-        children = list(runner.query(conn, "SELECT * FROM pgbus_batch_children WHERE batch_id = %s ORDER BY position",
-                                     (batch_id,)).fetchall())
+        children = db.fetch_all(conn, "batch_children", (batch_id,))
     return batch, children
 
 
@@ -534,14 +415,12 @@ def batch_page(engine: Engine, batch_id: int, after: int | None = None, limit: i
     """A batch as :func:`batch_progress` reads it, with ``limit`` of its children from the position after
     ``after`` on (one range of its primary key; the batch's ``total`` says how many there are), or None.
     With ``bounded_values`` a large ``args`` or ``result`` is left out (:func:`pgbus_flask.handle.bounded`)."""
-    columns = (f"{_BATCH_CHILD_COLUMNS}, {bounded('args')}, {bounded('result')}" if bounded_values else "*")
     with engine.db.connection() as conn:
-        batch = runner.query(conn, _BATCH, (batch_id,)).fetchone()
+        batch = db.fetch_one(conn, "batch", (batch_id,))
         if batch is None:
             return None
-        rows = list(runner.query(conn, f"SELECT {columns} FROM pgbus_batch_children WHERE batch_id = %s"
-                                    " AND position > %s ORDER BY position LIMIT %s",
-                              (batch_id, -1 if after is None else after, limit + 1)).fetchall())
+        rows = db.fetch_all(conn, filters.batch_children_page(bounded_values),
+                            (batch_id, -1 if after is None else after, limit + 1))
     next_after = rows[limit - 1]["position"] if len(rows) > limit else None
     return batch, ChildrenPage(rows[:limit], after, next_after)
 
@@ -549,5 +428,4 @@ def batch_page(engine: Engine, batch_id: int, after: int | None = None, limit: i
 def batch_child(engine: Engine, batch_id: int, position: int) -> Row | None:
     """One child of a batch, whole (None when the batch has no child at ``position``, counted from 0)."""
     with engine.db.connection() as conn:
-        return runner.query(conn, "SELECT * FROM pgbus_batch_children WHERE batch_id = %s AND position = %s",
-                            (batch_id, position)).fetchone()
+        return db.fetch_one(conn, "batch_child", (batch_id, position))

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
-from . import payload, runner, states
+from . import db, payload, runner, states
 from .db import Transaction
 from .definition import registry
 from .errors import ScheduleConflict, UnknownSchedule
@@ -49,17 +49,6 @@ SYSTEM = "system"
 #: Audit events a page shows at most.
 EVENTS_LIMIT = 100
 
-_DUE = ("SELECT workflow_class FROM pgbus_schedules WHERE paused_at IS NULL AND undeclared_at IS NULL"
-        " AND next_tick <= now() ORDER BY next_tick LIMIT %s")  # pgbus_schedules_due
-_LOCK = "SELECT s.*, now() AS tx_now FROM pgbus_schedules s WHERE workflow_class = %s FOR UPDATE"
-_INSERT = ("INSERT INTO pgbus_schedules (workflow_class, kind, schedule, timezone, missed, arguments, next_tick)"
-           " VALUES (%(name)s, %(kind)s, %(schedule)s, %(timezone)s, %(missed)s, %(arguments)s, %(next_tick)s)"
-           " ON CONFLICT (workflow_class) DO NOTHING RETURNING *")
-_EVENT = ("INSERT INTO pgbus_schedule_events (workflow_class, event, actor, reason, details)"
-          " VALUES (%s, %s, %s, %s, %s)")
-_LIST = ("SELECT s.*, w.status AS last_run_status, now() AS db_now"
-         " FROM (SELECT now()) AS n LEFT JOIN pgbus_schedules s ON true"
-         " LEFT JOIN pgbus_workflows w ON w.workflow_id = s.last_run_id ORDER BY s.workflow_class")
 #: The parts of a declaration whose change resets the next tick (the missed policy and the
 #: arguments apply from the next tick on).
 TIMING = ("kind", "schedule", "timezone")
@@ -150,7 +139,7 @@ def _from_spec(name: str, spec: ScheduleSpec, now: datetime) -> Schedule:
 def list_schedules(engine: Engine) -> list[Schedule]:
     """Every stored schedule by class name, with the classes registered here that no sweep stored yet."""
     with engine.db.reading() as conn:
-        rows = runner.query(conn, _LIST).fetchall()
+        rows = db.fetch_all(conn, "schedules_list")
     now = rows[0]["db_now"]
     found = {row["workflow_class"]: _from_row(row) for row in rows if row["workflow_class"] is not None}
     for name, spec in declared_here().items():
@@ -172,8 +161,7 @@ def schedule_events(engine: Engine, name: str, limit: int = EVENTS_LIMIT) -> lis
     """A schedule's audit trail, newest first."""
     _check_name(name)
     with engine.db.reading() as conn:
-        rows = runner.query(conn, "SELECT * FROM pgbus_schedule_events WHERE workflow_class = %s"
-                               " ORDER BY id DESC LIMIT %s", (name, limit)).fetchall()
+        rows = db.fetch_all(conn, "schedule_events", (name, limit))
     return [dict(row) for row in rows]
 
 
@@ -189,9 +177,7 @@ def pause(engine: Engine, name: str, actor: str = "app", reason: str | None = No
         row = _lock_or_store(engine, tx, name)
         if row["paused_at"] is not None:
             raise ScheduleConflict(name, "pause", paused=True)
-        paused = tx.query("UPDATE pgbus_schedules SET paused_at = now(), paused_by = %s, paused_reason = %s,"
-                          " updated_at = now() WHERE workflow_class = %s AND paused_at IS NULL RETURNING *",
-                          (runner.cap(actor, states.ACTOR_LIMIT), reason, name)).fetchone()
+        paused = db.fetch_one(tx, "schedule_pause", (runner.cap(actor, states.ACTOR_LIMIT), reason, name))
         assert paused is not None  # locked above, and not paused
         _event(tx, name, "paused", actor, reason)
     return _from_row(paused)
@@ -211,9 +197,7 @@ def resume(engine: Engine, name: str, actor: str = "app", reason: str | None = N
         next_tick = row["next_tick"]
         if row["missed"] == "skip":
             next_tick = spec_of_row(row).next_after(row["tx_now"])
-        resumed = tx.query("UPDATE pgbus_schedules SET paused_at = NULL, paused_by = NULL, paused_reason = NULL,"
-                           " next_tick = %s, updated_at = now() WHERE workflow_class = %s AND paused_at IS NOT NULL"
-                           " RETURNING *", (next_tick, name)).fetchone()
+        resumed = db.fetch_one(tx, "schedule_resume", (next_tick, name))
         assert resumed is not None  # locked above, and paused
         _event(tx, name, "resumed", actor, reason, {"missed": row["missed"], "next_tick": next_tick})
     return _from_row(resumed)
@@ -226,36 +210,36 @@ def _check_name(name: Any) -> None:
 def _lock_or_store(engine: Engine, tx: Transaction, name: str) -> dict[str, Any]:
     """The schedule's row, locked; a class registered here that no sweep stored yet is stored
     first (in this transaction: a verb refused later leaves nothing behind)."""
-    row = tx.query(_LOCK, (name,)).fetchone()
+    row = db.fetch_one(tx, "schedule_lock", (name,))
     if row is None:
         spec = declared_here().get(name)
         if spec is None:
             with engine.db.reading() as conn:
-                stored = [r[0] for r in conn.execute("SELECT workflow_class FROM pgbus_schedules").fetchall()]
+                stored = [r["workflow_class"] for r in db.fetch_all(conn, "schedule_names")]
             raise UnknownSchedule(name, set(stored) | set(declared_here()))
         _store(tx, name, spec, _tx_now(tx))
-        row = tx.query(_LOCK, (name,)).fetchone()
+        row = db.fetch_one(tx, "schedule_lock", (name,))
         assert row is not None
     return row  # type: ignore[no-any-return]
 
 
 def _tx_now(tx: Transaction) -> datetime:
-    row = tx.query("SELECT now() AS now").fetchone()
+    row = db.fetch_one(tx, "now")
     assert row is not None
     return row["now"]  # type: ignore[no-any-return]
 
 
 def _event(tx: Transaction, name: str, event: str, actor: str, reason: str | None = None,
            details: dict[str, Any] | None = None) -> None:
-    tx.query(_EVENT, (name, event, runner.cap(actor, states.ACTOR_LIMIT), reason,
-                      Jsonb(payload.to_json(details or {}))))
+    db.run(tx, "schedule_event", (name, event, runner.cap(actor, states.ACTOR_LIMIT), reason,
+                                  Jsonb(payload.to_json(details or {}))))
 
 
 def _store(tx: Transaction, name: str, spec: ScheduleSpec, now: datetime) -> bool:
     """A row for a class seen for the first time, its next tick the first after ``now``."""
     values = {"name": name, **spec.describe(), "next_tick": spec.next_after(now)}
     values["arguments"] = Jsonb(values["arguments"])
-    inserted = tx.query(_INSERT, values).fetchone()
+    inserted = db.fetch_one(tx, "schedule_insert", values)
     if inserted is not None:
         _event(tx, name, "declared", SYSTEM, details=_declaration(spec.describe()))
     return inserted is not None
@@ -290,8 +274,7 @@ def sync(engine: Engine) -> int:
     rows written (0 in the steady state: one read, no write)."""
     declared = declared_here()
     with engine.db.connection() as conn:
-        rows = runner.query(conn, "SELECT s.*, now() AS db_now FROM (SELECT now()) AS n"
-                               " LEFT JOIN pgbus_schedules s ON true").fetchall()
+        rows = db.fetch_all(conn, "schedules_stored")
     stored = {row["workflow_class"]: row for row in rows if row["workflow_class"] is not None}
     todo = sorted({name for name, spec in declared.items() if _differs(stored.get(name), spec)}
                   | {name for name, row in stored.items() if name not in declared and row["undeclared_at"] is None})
@@ -300,13 +283,12 @@ def sync(engine: Engine) -> int:
     written = 0
     with engine.db.transaction() as tx:
         for name in todo:  # in name order: two sweepers lock the rows in the same order
-            row = tx.query(_LOCK, (name,)).fetchone()
+            row = db.fetch_one(tx, "schedule_lock", (name,))
             spec = declared.get(name)
             now = _tx_now(tx) if row is None else row["tx_now"]
             if spec is None:
                 if row is not None and row["undeclared_at"] is None:
-                    tx.query("UPDATE pgbus_schedules SET undeclared_at = now(), updated_at = now()"
-                             " WHERE workflow_class = %s", (name,))
+                    db.run(tx, "schedule_undeclare", (name,))
                     _event(tx, name, "undeclared", SYSTEM)
                     written += 1
             elif row is None:
@@ -332,10 +314,9 @@ def _redeclare(tx: Transaction, row: dict[str, Any], spec: ScheduleSpec, now: da
     name = row["workflow_class"]
     restart = row["undeclared_at"] is not None or any(row[key] != wanted[key] for key in TIMING)
     next_tick = spec.next_after(now) if restart else row["next_tick"]
-    tx.query("UPDATE pgbus_schedules SET kind = %s, schedule = %s, timezone = %s, missed = %s, arguments = %s,"
-             " next_tick = %s, undeclared_at = NULL, updated_at = now() WHERE workflow_class = %s",
-             (wanted["kind"], wanted["schedule"], wanted["timezone"], wanted["missed"], Jsonb(wanted["arguments"]),
-              next_tick, name))
+    db.run(tx, "schedule_redeclare",
+           (wanted["kind"], wanted["schedule"], wanted["timezone"], wanted["missed"], Jsonb(wanted["arguments"]),
+            next_tick, name))
     details = {"before": _declaration(row), "after": _declaration(wanted), "next_tick": next_tick}
     if row["arguments"] != wanted["arguments"]:
         details["arguments_changed"] = True
@@ -347,7 +328,7 @@ def start_due(engine: Engine, *, errors: list[str] | None = None) -> int:
     a schedule); returns the runs started. A schedule that fails is logged (and noted in
     ``errors``) and tried again next sweep; the others go on."""
     with engine.db.connection() as conn:
-        due = [row[0] for row in conn.execute(_DUE, (DUE_LIMIT,)).fetchall()]
+        due = [row["workflow_class"] for row in db.fetch_all(conn, "schedules_due", (DUE_LIMIT,))]
     classes = registry()
     started = 0
     for name in due:
@@ -376,7 +357,7 @@ def _start_tick(engine: Engine, klass: type[Workflow]) -> bool | None:
     assert spec is not None
     name = klass.workflow_name
     with engine.db.transaction() as tx:
-        row = tx.query(_LOCK, (name,)).fetchone()
+        row = db.fetch_one(tx, "schedule_lock", (name,))
         if (row is None or row["paused_at"] is not None or row["undeclared_at"] is not None
                 or row["next_tick"] > row["tx_now"] or _differs(row, spec)):
             return None  # not due, or declared otherwise than here: the sync decides first
@@ -387,6 +368,5 @@ def _start_tick(engine: Engine, klass: type[Workflow]) -> bool | None:
         next_tick = spec.next_after(tick)
         started = runner.start(engine, klass, (), {**spec.kwargs, TICK_KWARG: tick}, subject=None,
                                idempotency_key=tick_key(name, tick), actor=ACTOR, conn=tx.conn)
-        tx.query("UPDATE pgbus_schedules SET last_tick = %s, last_run_id = %s, next_tick = %s, updated_at = now()"
-                 " WHERE workflow_class = %s", (tick, started.workflow_id, next_tick, name))
+        db.run(tx, "schedule_ticked", (tick, started.workflow_id, next_tick, name))
     return next_tick <= now

@@ -28,10 +28,11 @@ WORKER = Path(pgbus_flask.worker.__file__).parent
 #: Lowest first. A module may import modules of its own layer's lower entries and of every
 #: layer below; within a package (runner, web, mcp_server, worker) its own order is checked separately.
 LAYERS: list[set[str]] = [
-    {"messages"},  # the engine's own messages as codes: imports nothing of pgbus
+    {"messages", "sql"},  # the engine's own messages as codes, the named statements: import nothing of pgbus
     {"errors", "states", "metrics"},  # metrics: prometheus_client's counters, no pgbus import
-    {"config", "payload", "verbs"},  # verbs: the table of verbs every door is built from
-    {"logs", "db", "attention", "insights", "rq_state"},
+    {"config", "payload", "verbs", "filters"},  # verbs: the verb table the doors build on; filters: composed SQL
+    {"logs", "db"},  # db: the pool, transactions, and the one helper that runs the named statements
+    {"attention", "insights", "rq_state"},
     {"definition", "migrate", "testing", "orm", "schedule"},
     {"engine"},
     {"runner"},

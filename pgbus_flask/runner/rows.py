@@ -20,7 +20,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from .. import attention, messages, payload, states
+from .. import db, filters, messages, payload, states
 from ..db import Transaction
 from ..definition import StepSpec, registered
 from ..errors import InvalidInput, StepNotDefined, UnknownWorkflow, WorkflowNotFound
@@ -172,16 +172,11 @@ def record_event(
 
 
 def _write_events(conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> None:
-    values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
     runs = list(dict.fromkeys(row[0] for row in rows))
     one = len(runs) == 1
-    conn.execute(
-        "WITH events AS (INSERT INTO pgbus_workflow_events"
-        " (workflow_id, event, actor, reason, step_id, step_name, attempt, details)"
-        " VALUES " + values + ") "  # one placeholder group per row, values bound
-        + (attention.REFRESH_ONE if one else attention.REFRESH),  # the runs' attention columns, same round trip
-        [*(value for row in rows for value in row), runs[0] if one else runs],
-    )
+    # one placeholder group per row, values bound; the runs' attention columns in the same round trip
+    db.run(conn, filters.write_events(len(rows), one), [*(value for row in rows for value in row),
+                                                         runs[0] if one else runs])
 
 
 #: What runs when a run ends (finished or cancelled), in the transaction that ended it: registered

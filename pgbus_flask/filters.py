@@ -1,0 +1,263 @@
+"""The statements whose text depends on the arguments, composed with :mod:`psycopg.sql` from the
+named fragments below: the runs list's filters, the stuck reads (which reasons count depends on
+``PGBUS_WAITING_THRESHOLD``), the attention groups, and the pages that read large values bounded.
+
+Every other statement is written out in ``pgbus_flask/sql/*.sql`` and run by name
+(:func:`pgbus_flask.db.run`); this module is the one place Python writes SQL. The fragments take
+their parameters by name (``%(cls)s``, ``%(now)s`` ...); the functions below say which.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+from psycopg import sql
+
+from . import states
+from .sql import statement
+
+
+def _values(values: Sequence[str]) -> sql.Composable:
+    """``('a', 'b')``: a list of states.py's words as SQL literals (a partial index's predicate
+    written the same way, so that PostgreSQL uses it)."""
+    return sql.SQL("({})").format(sql.SQL(", ").join(sql.Literal(v) for v in values))
+
+
+# -- fragments on ``pgbus_workflows w`` ---------------------------------------------------------
+
+#: The runs with a paused stuck reason: the predicate of pgbus_workflows_attention_paused.
+PAUSED = sql.SQL("w.attention_reason IN {}").format(_values(states.PAUSED_REASONS))
+#: The runs overdue and waiting_overdue: a range of pgbus_workflows_attention_due, on the database's
+#: clock unless ``%(now)s`` is given; ``%(stall)s`` and ``%(waiting)s`` are intervals.
+DUE = {
+    "overdue": sql.SQL("w.attention_reason = 'overdue'"
+                       " AND w.attention_since < COALESCE(%(now)s::timestamptz, now()) - %(stall)s::interval"),
+    "waiting_overdue": sql.SQL("w.attention_reason = 'waiting_overdue' AND w.attention_since"
+                               " < COALESCE(%(now)s::timestamptz, now()) - %(waiting)s::interval"),
+}
+#: A count row's class is ``%(cls)s``.
+COUNTS_OF_CLASS = sql.SQL(" AND workflow_class = %(cls)s")
+#: A run's class is ``%(cls)s``.
+RUN_OF_CLASS = sql.SQL(" AND w.workflow_class = %(cls)s")
+NOTHING = sql.SQL("")
+
+
+def stuck_for(reason: str, due_reasons: Sequence[str]) -> sql.Composable:
+    """The condition on ``pgbus_workflows w`` for the runs stuck for ``reason`` (``due_reasons``:
+    the reasons that come with time and count here)."""
+    if reason in states.PAUSED_REASONS:
+        # the reason as a literal: the partial index applies
+        return sql.SQL("{} AND w.attention_reason = {}").format(PAUSED, sql.Literal(reason))
+    return DUE[reason] if reason in due_reasons else sql.SQL("FALSE")
+
+
+# -- the stuck reads ----------------------------------------------------------------------------
+
+
+def stuck_counts(due_reasons: Sequence[str], by_class: bool) -> sql.Composable:
+    """(workflow_class, reason, runs) of ongoing runs that need a person: the paused ones from
+    ``pgbus_run_counts``, the due ones from their index range; of class ``%(cls)s`` when ``by_class``."""
+    cls = COUNTS_OF_CLASS if by_class else NOTHING
+    parts = [sql.SQL("""SELECT workflow_class, attention_reason AS reason, sum(runs) AS runs FROM pgbus_run_counts
+                 WHERE status = 'paused' AND attention_reason <> ''{cls} GROUP BY 1, 2 HAVING sum(runs) <> 0"""
+                     ).format(cls=cls)]
+    parts += [sql.SQL("SELECT w.workflow_class, {reason}, count(*) FROM pgbus_workflows w WHERE {due}{cls}"
+                      " GROUP BY 1").format(reason=sql.Literal(reason), due=DUE[reason], cls=cls)
+              for reason in due_reasons]
+    return sql.SQL("\nUNION ALL\n").join(parts)
+
+
+def stats(due_reasons: Sequence[str]) -> sql.Composable:
+    """(ongoing, paused, attention): the counts table, and the index ranges of the due reasons."""
+    due = sql.SQL("").join(sql.SQL(" + (SELECT count(*) FROM pgbus_workflows w WHERE {})").format(DUE[reason])
+                           for reason in due_reasons)
+    return sql.SQL("""
+        SELECT COALESCE(sum(runs) FILTER (WHERE status IN {ongoing}), 0) AS ongoing,
+               COALESCE(sum(runs) FILTER (WHERE status = 'paused'), 0) AS paused,
+               COALESCE(sum(runs) FILTER (WHERE status = 'paused' AND attention_reason <> ''), 0){due} AS attention
+        FROM pgbus_run_counts""").format(ongoing=_values(states.ONGOING), due=due)
+
+
+def attention_groups(due_reasons: Sequence[str], by_class: bool) -> sql.Composable:
+    """The attention groups, the biggest first, at most ``%(limit)s``; of class ``%(cls)s`` when
+    ``by_class``. Paused groups are counted in ``pgbus_run_counts`` and their first and newest runs are
+    two probes of ``pgbus_workflows_attention_paused``; the due ones are read from their index range."""
+    same_group = sql.SQL("{} AND w.workflow_class = p.workflow_class AND w.current_step = p.step_name"
+                         " AND w.attention_reason = p.reason"
+                         " AND COALESCE(w.attention_error_class, '') = COALESCE(p.error_class, '')").format(PAUSED)
+    due = sql.SQL(" OR ").join(sql.SQL("({})").format(DUE[reason]) for reason in due_reasons)
+    return sql.SQL("""
+        WITH paused AS (
+            SELECT workflow_class, step AS step_name, attention_reason AS reason,
+                   NULLIF(error_class, '') AS error_class, sum(runs) AS runs
+            FROM pgbus_run_counts WHERE status = 'paused' AND attention_reason <> ''{cls_counts}
+            GROUP BY 1, 2, 3, 4 HAVING sum(runs) > 0
+        ), groups AS (
+            SELECT p.workflow_class, p.step_name, p.reason, p.error_class, p.runs,
+                   oldest.since AS first_seen_at, newest.since AS last_seen_at, newest.step_id
+            FROM paused p
+            LEFT JOIN LATERAL (SELECT w.attention_since AS since FROM pgbus_workflows w WHERE {same_group}
+                               ORDER BY w.attention_since, w.id LIMIT 1) oldest ON TRUE
+            LEFT JOIN LATERAL (SELECT w.attention_since AS since, w.attention_step_id AS step_id
+                               FROM pgbus_workflows w WHERE {same_group}
+                               ORDER BY w.attention_since DESC, w.id DESC LIMIT 1) newest ON TRUE
+            UNION ALL
+            SELECT d.*, newest.step_id FROM (
+                SELECT w.workflow_class, w.current_step, w.attention_reason, w.attention_error_class, count(*),
+                       min(w.attention_since), max(w.attention_since) AS last_seen
+                FROM pgbus_workflows w WHERE ({due}){cls}
+                GROUP BY 1, 2, 3, 4
+            ) d
+            LEFT JOIN LATERAL (SELECT w.attention_step_id AS step_id FROM pgbus_workflows w
+                               WHERE w.attention_reason = d.attention_reason AND w.attention_since = d.last_seen
+                                 AND w.workflow_class = d.workflow_class AND w.current_step = d.current_step
+                                 AND w.attention_error_class IS NOT DISTINCT FROM d.attention_error_class
+                               ORDER BY w.id DESC LIMIT 1) newest ON TRUE
+        )
+        SELECT g.workflow_class, g.step_name, g.reason, g.error_class, g.runs, g.first_seen_at, g.last_seen_at,
+               s.error_message, s.error_code, s.error_params
+        FROM groups g LEFT JOIN pgbus_workflow_steps s ON s.id = g.step_id
+        ORDER BY g.runs DESC, g.last_seen_at DESC NULLS LAST, g.workflow_class, g.step_name
+        LIMIT %(limit)s
+    """).format(cls_counts=COUNTS_OF_CLASS if by_class else NOTHING, cls=RUN_OF_CLASS if by_class else NOTHING,
+                same_group=same_group, due=due)
+
+
+def attention_ids(reason: str, due_reasons: Sequence[str]) -> sql.Composable:
+    """The workflow ids of one attention group (``%(cls)s``, ``%(step)s``, ``%(error)s``: "" for none),
+    oldest stuck first, at most ``%(limit)s``. A paused group's runs come in this order from
+    pgbus_workflows_attention_paused, so the oldest are read and no more (the extended statistics of
+    migration 0004 tell the planner how big a group is)."""
+    return sql.SQL("""
+        SELECT w.workflow_id FROM pgbus_workflows w
+        WHERE {reason} AND w.workflow_class = %(cls)s AND w.current_step = %(step)s
+          AND COALESCE(w.attention_error_class, '') = %(error)s
+        ORDER BY w.attention_since, w.id LIMIT %(limit)s
+    """).format(reason=stuck_for(reason, due_reasons))
+
+
+# -- the runs list ------------------------------------------------------------------------------
+
+
+def index_order(workflow_class: str | None, status: str | None, step: str | None, reason: str | None,
+                error_class: str | None) -> list[str]:
+    """The columns the filters fix, as a prefix of ``ORDER BY ... id DESC``: the same order (they are
+    equal on every row), which only the index made for those filters gives without a sort. The planner
+    would otherwise walk the primary key backwards whenever it guesses the matches are spread evenly,
+    and at 1,000,000 runs it guesses wrong (the 500,000 newest are all finished runs of one class).
+    :func:`same` fixes these columns with ranges, so that the planner keeps them in the order."""
+    if reason in states.PAUSED_REASONS and workflow_class and step and error_class is not None:
+        return ["w.workflow_class", "w.attention_reason", "w.current_step", "COALESCE(w.attention_error_class, '')"]
+    if reason in states.PAUSED_REASONS:
+        return ["w.attention_reason"]
+    if reason:
+        return []  # overdue, waiting_overdue: a range of pgbus_workflows_attention_due, then sorted
+    if workflow_class and status:
+        return ["w.workflow_class", "w.status"]
+    if workflow_class:
+        return ["w.workflow_class"]
+    if status:
+        return ["w.status"]
+    if step:
+        return ["w.current_step"]
+    return []
+
+
+def same(column: str, param: str, fixed: Sequence[str]) -> sql.Composable:
+    """``column`` equals the parameter ``param``. A column the ORDER BY leads with (``fixed``) is
+    fixed by a range of one value, not "=": PostgreSQL drops a column it knows equal to a constant
+    from the order, and could then walk the primary key again instead of this filter's index."""
+    if column in fixed:
+        return sql.SQL(f"{column} BETWEEN %({param})s AND %({param})s")
+    return sql.SQL(f"{column} = %({param})s")
+
+
+#: The fragments of the runs list's WHERE, each with the parameters it takes.
+SUBJECT_TYPE = sql.SQL("w.subject_type = %(stype)s")
+SUBJECT_ID = sql.SQL("w.subject_id = %(sid)s")
+WHOLE_ID = sql.SQL("w.workflow_id = %(whole_id)s")
+TEXT_IS_SUBJECT_ID = sql.SQL("w.subject_id = %(text)s")
+TEXT_IN_SUBJECT = sql.SQL("(w.subject_type || ' ' || w.subject_id) ILIKE %(text_like)s")
+TEXT_STARTS_ID = sql.SQL("w.workflow_id BETWEEN %(id_low)s AND %(id_high)s")
+TEXT_WINDOW = sql.SQL("w.id >= %(text_window)s")
+BEFORE = sql.SQL("w.id < %(before)s")
+ANY_OF = sql.SQL(" OR ")
+
+
+def any_of(matches: Sequence[sql.Composable]) -> sql.Composable:
+    """``(a OR b ...)``."""
+    return sql.SQL("({})").format(ANY_OF.join(matches))
+
+
+def runs_page(where: Sequence[sql.Composable], order: Sequence[str]) -> sql.Composable:
+    """Runs newest first, each with its latest step (and its batch's progress), at most ``%(limit)s``:
+    the runs where every one of ``where`` holds, ordered by ``order`` (:func:`index_order`) then id."""
+    return sql.SQL("""
+        SELECT w.*, s.id AS step_id, s.step_name AS step_step_name, s.attempt AS step_attempt,
+               s.status AS step_status, s.scheduled_at AS step_scheduled_at, s.started_at AS step_started_at,
+               s.stall_at AS step_stall_at, s.enqueued_at AS step_enqueued_at, s.error_class AS step_error_class,
+               s.error_message AS step_error_message, s.waiting_since AS step_waiting_since,
+               s.timeout_at AS step_timeout_at, s.batch_id AS step_batch_id, s.outcome AS step_outcome,
+               s.finished_at AS step_finished_at, cardinality(s.child_ids) AS step_children,
+               b.done AS batch_done, b.failed AS batch_failed, b.total AS batch_total
+        FROM pgbus_workflows w
+        LEFT JOIN LATERAL (SELECT * FROM pgbus_workflow_steps WHERE workflow_id = w.workflow_id
+                           ORDER BY id DESC LIMIT 1) s ON TRUE
+        LEFT JOIN pgbus_batches b ON b.id = s.batch_id
+        WHERE {where}
+        ORDER BY {order} w.id DESC LIMIT %(limit)s
+    """).format(where=sql.SQL(" AND ").join([sql.SQL("TRUE"), *where]),
+                order=sql.SQL("".join(f"{c} DESC, " for c in order)))
+
+
+# -- large values read bounded ------------------------------------------------------------------
+
+#: A JSON value a page shows (a signal's payload, a fan-out child's arguments and result) is read
+#: whole only when PostgreSQL stores it in at most this many bytes; of a larger one a page reads the
+#: first :data:`HEAD_CHARS` characters of its JSON text (``<column>_head``), and the whole value is
+#: read on its own (:meth:`pgbus_flask.handle.Run.signal_row`, :func:`pgbus_flask.queries.batch_child`).
+WHOLE_BYTES = 16_384
+HEAD_CHARS = 1_000
+#: Of a value stored larger than this not even the start is read (it would be read whole to write it as
+#: text: some 6 ms a MB): its head is empty.
+HEAD_BYTES = 262_144
+
+
+def bounded(column: str) -> str:
+    """Select-list items for the jsonb ``column``: the value when it is stored in at most
+    :data:`WHOLE_BYTES` (else NULL), and ``<column>_head``, the start of a larger one's JSON text
+    (empty past :data:`HEAD_BYTES`; ``pg_column_size`` reads the stored size without reading the value)."""
+    size = f"pg_column_size({column})"
+    return (f"CASE WHEN {size} <= {WHOLE_BYTES} THEN {column} END AS {column},"
+            f" CASE WHEN {size} <= {WHOLE_BYTES} THEN NULL WHEN {size} <= {HEAD_BYTES}"
+            f" THEN left({column}::text, {HEAD_CHARS}) ELSE '' END AS {column}_head")
+
+
+#: A fan-out child's columns but its arguments and result.
+_BATCH_CHILD_COLUMNS = ("batch_id, position, status, job_id, enqueued_at, finished_at, error_class, error_message,"
+                        " error_code, error_params")
+
+
+def batch_children_page(bounded_values: bool) -> sql.Composable:
+    """Children of batch ``%s`` after position ``%s`` in position order, at most ``%s`` (one range of the
+    primary key); with ``bounded_values`` a large ``args`` or ``result`` is left out (:func:`bounded`)."""
+    columns = f"{_BATCH_CHILD_COLUMNS}, {bounded('args')}, {bounded('result')}" if bounded_values else "*"
+    return sql.SQL(f"SELECT {columns} FROM pgbus_batch_children WHERE batch_id = %s"
+                   " AND position > %s ORDER BY position LIMIT %s")
+
+
+# -- the runner's writes ------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def write_events(rows: int, one_run: bool) -> sql.Composable:
+    """Insert ``rows`` audit events (8 values each: workflow_id, event, actor, reason, step_id,
+    step_name, attempt, details) and refresh the attention columns of their runs, in one statement:
+    the last parameter is the one run's id (``one_run``) or the list of their ids. The same text for
+    the same shape, so that psycopg prepares the ones a process writes often."""
+    values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s)"] * rows)
+    refresh = statement("attention_refresh_one" if one_run else "attention_refresh")
+    return sql.SQL("WITH events AS (INSERT INTO pgbus_workflow_events"
+                   " (workflow_id, event, actor, reason, step_id, step_name, attempt, details)"
+                   " VALUES " + values + ") " + refresh)
