@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any
 
 import psycopg
 import pytest
 from flask import Flask
-from rq import SimpleWorker
 
 from pgbus_flask import PgBus
 from pgbus_flask import engine as engine_module
@@ -25,10 +23,8 @@ from pgbus_flask.config import Settings
 from pgbus_flask.engine import Engine
 from pgbus_flask.migrate import apply
 from pgbus_flask.testing import drop_database, embedded_postgres, embedded_redis, empty, fresh_database
-
-from .schedule_helpers import declare  # noqa: F401  (a fixture: scheduled classes for one test)
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.support import settings_for
+from tests.support.schedule_helpers import declare  # noqa: F401  (a fixture: scheduled classes for one test)
 
 
 @pytest.fixture(scope="session")
@@ -66,10 +62,6 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server.stop()
 
 
-def settings_for(pg_url: str, redis_url: str, **extra: Any) -> dict[str, Any]:
-    return {"PGBUS_DATABASE_URL": pg_url, "PGBUS_REDIS_URL": redis_url, **extra}
-
-
 @pytest.fixture
 def clean(pg_url: str, redis_url: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -102,24 +94,6 @@ def app(clean: None, pg_url: str, redis_url: str, request: pytest.FixtureRequest
     yield flask_app
     flask_app.extensions["pgbus"].close()
     engine_module._default = None
-
-
-class CountingWorker(SimpleWorker):
-    """RQ's SimpleWorker, counting the jobs it ran (with inline continuation a job runs several steps)."""
-
-    performed = 0
-
-    def perform_job(self, *args: Any, **kwargs: Any) -> bool:
-        self.performed += 1
-        return super().perform_job(*args, **kwargs)
-
-
-def work(engine: Engine, queues: list[str] | None = None) -> int:
-    """Run every queued job in this process until the queues are empty; how many jobs RQ ran."""
-    names = queues or engine.queue_names()
-    worker = CountingWorker([engine.queue(n) for n in names], connection=engine.redis)
-    worker.work(burst=True, logging_level="WARNING")
-    return worker.performed
 
 
 def pytest_configure(config: pytest.Config) -> None:
