@@ -268,6 +268,7 @@ def shop_app(folder: Path, url: str, redis_url: str) -> Iterator[Flask]:
         engine_module._default = None
 
 
+@pytest.mark.slow  # starts a process
 def test_flask_migrate_with_one_history(server_url: str, redis_url: str, clean: None, tmp_path: Path) -> None:
     """flask db upgrade creates pgbus's tables from a revision and flask pgbus migrate agrees;
     flask db migrate then writes the models' tables and nothing of pgbus's (nor what the app's
@@ -297,6 +298,7 @@ def test_flask_migrate_with_one_history(server_url: str, redis_url: str, clean: 
             assert Run(app.extensions["pgbus"], run.workflow_id).status == "finished"
 
 
+@pytest.mark.slow  # starts a process
 def test_the_package_imports_without_alembic_or_sqlalchemy() -> None:
     code = textwrap.dedent("""
         import sys

@@ -378,6 +378,7 @@ def test_migration_0007_brings_what_the_old_rules_stored_up_to_date(engine: Engi
     agree(engine)
 
 
+@pytest.mark.slow  # starts a process
 @pytest.mark.settings(PGBUS_WAITING_THRESHOLD=1)
 def test_a_fan_out_whose_children_never_finish_needs_attention(engine: Engine, pg_url: str, redis_url: str,
                                                              tmp_path: Path) -> None:

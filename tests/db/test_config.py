@@ -197,6 +197,7 @@ def test_redact_finds_urls_inside_a_message() -> None:
         "Error 111 connecting to 127.0.0.1:1. Connection refused.")
 
 
+@pytest.mark.slow  # starts a process
 def test_the_worker_prints_a_bad_url_without_its_password() -> None:
     """What a user sees: ``pgbus-worker`` refusing a bad ``PGBUS_REDIS_URL`` at start-up."""
     env = {**os.environ, "PGBUS_DATABASE_URL": "postgresql://app:S3CRET@127.0.0.1:1/db",

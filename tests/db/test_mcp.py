@@ -65,6 +65,7 @@ def every_table(app: Flask) -> Any:
 # -- the tool lists ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # starts a process
 def test_tool_lists_with_write_off_and_on(app: Flask, pg_url: str, redis_url: str) -> None:
     with app.app_context():
         run = FailsUntil.start(fail_until=1)
@@ -123,6 +124,7 @@ def test_write_tools_from_the_apps_config(app: Flask) -> None:
 # -- read tools against what the runs are -------------------------------------------------------------
 
 
+@pytest.mark.slow  # starts a process
 def test_read_tools_say_what_the_runs_are(app: Flask, pg_url: str, redis_url: str) -> None:
     engine = app.extensions["pgbus"]
     with app.app_context():
@@ -238,6 +240,7 @@ def events_by(run: Run, actor: str) -> list[tuple[str, str | None]]:
     return [(e["event"], e["reason"]) for e in run.events() if e["actor"] == actor]
 
 
+@pytest.mark.slow  # starts a process
 def test_every_verb_records_the_client_and_refuses_as_the_cli(app: Flask, pg_url: str, redis_url: str) -> None:
     engine = app.extensions["pgbus"]
     with app.app_context():
@@ -298,6 +301,7 @@ def test_every_verb_records_the_client_and_refuses_as_the_cli(app: Flask, pg_url
     assert run.refresh().status == "finished"
 
 
+@pytest.mark.slow  # starts a process
 def test_signals_and_bulk_verbs(app: Flask, pg_url: str, redis_url: str) -> None:
     engine = app.extensions["pgbus"]
     with app.app_context():
@@ -343,6 +347,7 @@ def test_signals_and_bulk_verbs(app: Flask, pg_url: str, redis_url: str) -> None
         assert ("resumed", "gateway back") in events_by(run, actor)
 
 
+@pytest.mark.slow  # starts a process
 def test_hostile_strings_round_trip_and_are_capped_as_elsewhere(app: Flask, pg_url: str, redis_url: str) -> None:
     engine = app.extensions["pgbus"]
     with app.app_context():
@@ -377,6 +382,7 @@ def test_hostile_strings_round_trip_and_are_capped_as_elsewhere(app: Flask, pg_u
     assert [(e["actor"], e["reason"]) for e in resumed] == [(actor, HOSTILE)]
 
 
+@pytest.mark.slow  # starts a process
 def test_the_actor_comes_from_the_initialize_handshake(app: Flask, pg_url: str, redis_url: str) -> None:
     """An older client (the initialize handshake, as most desktop clients speak) names itself there."""
     with app.app_context():
@@ -390,6 +396,7 @@ def test_the_actor_comes_from_the_initialize_handshake(app: Flask, pg_url: str, 
     assert client_actor(None) == client_actor("") == client_actor(" \t") == "mcp:unknown"
 
 
+@pytest.mark.slow  # starts a process
 def test_a_step_output_holding_a_lone_surrogate_is_shown_escaped(app: Flask, pg_url: str, redis_url: str) -> None:
     """UTF-8 cannot carry a lone surrogate: it is written as its escape, as stored text shows it elsewhere."""
     from tests.proc_workflows import HostileOutcome
@@ -407,6 +414,7 @@ def test_a_step_output_holding_a_lone_surrogate_is_shown_escaped(app: Flask, pg_
     talk(server_env(pg_url, redis_url, write=False), body)
 
 
+@pytest.mark.slow  # starts a process
 def test_show_run_names_a_runs_parent_and_children(app: Flask, pg_url: str, redis_url: str) -> None:
     from tests.child_workflows import Fulfilment
 
@@ -492,6 +500,7 @@ INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
                          "clientInfo": {"name": "raw-client", "version": "1"}}}
 
 
+@pytest.mark.slow  # starts a process
 def test_http_serves_on_loopback(app: Flask, pg_url: str, redis_url: str) -> None:
     with app.app_context():
         run = ThreeSteps.start()
@@ -543,6 +552,7 @@ def remote_client(url: str, headers: dict[str, str], name: str) -> Client:
     return Client(transport, client_info=Implementation(name=name, version="1"))
 
 
+@pytest.mark.slow  # starts a process
 def test_a_network_bind_answers_only_the_token_and_the_listed_hosts(app: Flask, pg_url: str,
                                                                    redis_url: str) -> None:
     with app.app_context():
@@ -604,6 +614,7 @@ def test_a_network_bind_answers_only_the_token_and_the_listed_hosts(app: Flask, 
     assert events_by(client_run, "mcp:remote-client") == [("cancelled", "as a client's config sends it")]
 
 
+@pytest.mark.slow  # starts a process
 def test_a_token_that_is_set_is_required_on_loopback_too(app: Flask, pg_url: str, redis_url: str) -> None:
     with app.app_context():
         run = ThreeSteps.start()
@@ -697,6 +708,7 @@ def test_the_token_from_the_apps_config_or_the_environment(app: Flask) -> None:
     assert repr(StaticTokenVerifier(TOKEN)) == "StaticTokenVerifier(***)"
 
 
+@pytest.mark.slow  # starts a process
 def test_without_the_mcp_package_it_says_how_to_install_it(pg_url: str, redis_url: str) -> None:
     code = "import sys; sys.modules['mcp'] = None; from flask.cli import main; main()"
     result = subprocess.run([sys.executable, "-c", code, *FLASK[3:]], env=server_env(pg_url, redis_url, False),
@@ -712,6 +724,7 @@ def test_structured_results_are_json(app: Flask) -> None:
         json.dumps(tool.output)
 
 
+@pytest.mark.slow  # starts a process
 def test_upgrade_and_schedules_through_mcp(app: Flask, pg_url: str, redis_url: str, declare: Any) -> None:
     from tests.support.schedule_helpers import Declare
 

@@ -155,6 +155,7 @@ def test_a_scrape_without_postgresql_says_so_and_keeps_the_counters(app: Flask, 
     assert "could not read the gauges" in caplog.text
 
 
+@pytest.mark.scale  # 20,000 runs and steps
 def test_the_oldest_overdue_read_uses_its_index_not_a_scan(engine: Engine) -> None:
     with engine.db.connection() as conn:
         conn.execute(SEED)
@@ -381,6 +382,7 @@ def test_the_token_is_not_in_the_settings_repr() -> None:
     assert TOKEN not in repr(Settings.load({"PGBUS_METRICS_TOKEN": TOKEN}))
 
 
+@pytest.mark.slow  # starts a process
 def test_without_prometheus_client_metrics_are_a_no_op() -> None:
     """An install without the metrics extra: recording does nothing, and what needs it says what to install."""
     code = """

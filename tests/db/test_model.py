@@ -81,7 +81,6 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from psycopg.rows import dict_row
-from rq import SimpleWorker
 from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry
 
@@ -103,6 +102,7 @@ from pgbus_flask.sweep import sweep
 from pgbus_flask.testing import TABLES, empty
 from pgbus_flask.workflow import PauseRequested, ReattemptRequested, Workflow
 from tests.model_workflows import CLASSES, SIGNAL
+from tests.support import QuietWorker
 
 Row = dict[str, Any]
 
@@ -155,7 +155,7 @@ def klass_of(name: str) -> type[Workflow]:
 
 
 def work(engine: Engine, max_jobs: int | None) -> None:
-    worker = SimpleWorker([engine.queue(n) for n in engine.queue_names()], connection=engine.redis)
+    worker = QuietWorker([engine.queue(n) for n in engine.queue_names()], connection=engine.redis)
     worker.work(burst=True, logging_level="WARNING", max_jobs=max_jobs)
 
 

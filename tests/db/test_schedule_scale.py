@@ -11,6 +11,8 @@ import time
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from pgbus_flask import schedules
 from pgbus_flask.engine import Engine
 from pgbus_flask.sweep import sweep
@@ -54,6 +56,7 @@ def measure(engine: Engine) -> tuple[float, float]:
     return idle, statistics.median(due)
 
 
+@pytest.mark.scale  # 100,000 runs
 def test_the_schedule_part_with_100000_finished_runs(engine: Engine, declare: Declare) -> None:
     declare("Ticking", timedelta(minutes=1))
     sweep(engine)  # stores the schedule

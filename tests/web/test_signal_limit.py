@@ -156,6 +156,7 @@ def test_the_cli_says_why_and_exits_1(app: Flask) -> None:
     assert code == 0 and "duplicate delivery" in out
 
 
+@pytest.mark.slow  # starts a process
 def test_mcp_send_signal_says_why(app: Flask, pg_url: str, redis_url: str) -> None:
     from tests.support.doors import cli_error, ok, refused, server_env, talk
 

@@ -254,6 +254,7 @@ def test_long_fan_out_arguments_and_results_are_cut_on_the_batch_page(app: Flask
     assert client.get(f"/pgbus/api/batches/{batch['id']}/children/7").status_code == 404
 
 
+@pytest.mark.slow  # starts a process
 def test_show_run_pages_signals_children_and_batches_with_their_totals(noisy: Run, pg_url: str,
                                                                      redis_url: str) -> None:
     from tests.support.doors import ok, server_env, talk
