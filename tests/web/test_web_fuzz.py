@@ -182,6 +182,7 @@ ENDPOINT_ARGS = {"pgbus.schedule": {"workflow_class": "Fuzzed"}, "pgbus.api_sche
                  "pgbus.api_schedule_act": {"workflow_class": "Fuzzed", "action": "pause"}}
 
 
+@pytest.mark.slow  # hypothesis: 20-50 s
 def test_no_hostile_value_breaks_a_route_or_changes_what_it_must_not(app: Flask, seeded: dict[str, str],
                                                                       declare: Declare) -> None:
     declare("Fuzzed", "0 2 * * *")
