@@ -3,7 +3,7 @@ itself when nothing stops it, and enqueues it as before when something does.
 
 Jobs run through RQ's SimpleWorker in this process, as ``pgbus-worker`` runs them; the
 number of jobs RQ ran is the worker's own count. Process-level cases (SIGKILL and SIGTERM
-in the middle of an inline step) are in tests/test_processes.py.
+in the middle of an inline step) are in tests/processes/test_processes.py.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def test_a_pause_committed_while_a_step_runs_stops_the_continuation(engine: Engi
 
 def test_a_worker_shutting_down_enqueues_the_next_step(engine: Engine) -> None:
     """(This burst worker still takes the queued job; a real worker stopping does not, see
-    tests/test_processes.py.)"""
+    tests/processes/test_processes.py.)"""
     try:
         run = InlineStopsWorker.start()
         assert run_jobs(engine) == 2  # first's job, then second's own

@@ -51,13 +51,13 @@ After every rule it checks, over every run in the database:
 How long it runs: by default a CI-sized count (``DEFAULT`` below, about a
 minute). For more::
 
-    HYPOTHESIS_PROFILE=long python -m pytest tests/test_model.py    # LONG: 300 examples of up to 60 rules
-    PGBUS_MODEL_EXAMPLES=2000 PGBUS_MODEL_STEPS=80 python -m pytest tests/test_model.py
+    HYPOTHESIS_PROFILE=long python -m pytest tests/db/test_model.py    # LONG: 300 examples of up to 60 rules
+    PGBUS_MODEL_EXAMPLES=2000 PGBUS_MODEL_STEPS=80 python -m pytest tests/db/test_model.py
 
 (with ``PGBUS_TEST_DATABASE_URL`` / ``PGBUS_TEST_REDIS_URL`` as for the other
 tests). A failure prints the shortest sequence of rules hypothesis found; the
 example database under ``.hypothesis/`` replays it on the next run. Engine bugs
-it found are kept as plain tests in tests/test_model_findings.py.
+it found are kept as plain tests in tests/db/test_model_findings.py.
 """
 
 from __future__ import annotations

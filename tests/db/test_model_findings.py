@@ -1,4 +1,4 @@
-"""Engine bugs the model-based test (tests/test_model.py) found, each as a plain reproduction.
+"""Engine bugs the model-based test (tests/db/test_model.py) found, each as a plain reproduction.
 
 Each test states what DESIGN.md section 5 asks for; each failed before its fix, and keeps
 the bug from coming back without depending on hypothesis finding it again.

@@ -3,7 +3,7 @@ the transaction that records its outcome, so its writes to the app's own tables 
 
 The app's table here is ``app_payments`` (a row per charge, unique per order): a second row
 for an order would be a second charge. Jobs run through RQ's SimpleWorker in this process;
-the worker killed mid-step is in tests/test_processes.py.
+the worker killed mid-step is in tests/processes/test_processes.py.
 """
 
 from __future__ import annotations

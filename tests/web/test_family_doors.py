@@ -1,5 +1,5 @@
 """Child workflows and runs of an older definition through every door: the Python API, the CLI,
-the dashboard and the JSON API (tests/test_mcp.py drives MCP)."""
+the dashboard and the JSON API (tests/db/test_mcp.py drives MCP)."""
 
 from __future__ import annotations
 

@@ -96,7 +96,7 @@ def test_runs_list_shows_every_state(app: Flask) -> None:
 
 def test_every_next_key_is_covered_by_the_seed() -> None:
     # paused_failed: a failed step without an error class, which only a hand-made row has (test_presenter);
-    # waiting_children: a parent and its child runs (tests/test_family_doors.py)
+    # waiting_children: a parent and its child runs (tests/web/test_family_doors.py)
     skipped = ("waiting", "waiting_any_signal", "paused_failed", "waiting_children")
     assert {key for key in NEXT_KEYS if key not in skipped} <= {
         "scheduled", "queued", "overdue", "running", "possibly_stalled", "waiting_signal", "waiting_signal_deadline",
