@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inline-steps", type=int, default=0, help="PGBUS_INLINE_STEPS (0: one step a job)")
     args = parser.parse_args(argv)
 
-    from tests.procs import RedisServer, free_port, redis_server_binary
+    from tests.support.procs import RedisServer, free_port, redis_server_binary
 
     binary = redis_server_binary()
     if binary is None:

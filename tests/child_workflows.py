@@ -1,4 +1,4 @@
-"""Workflows that start child workflows (tests/test_children.py)."""
+"""Workflows that start child workflows (tests/db/test_children.py)."""
 
 from __future__ import annotations
 

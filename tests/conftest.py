@@ -11,13 +11,14 @@ and docs/benchmarks.md) and a flushed Redis database.
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from flask import Flask
-from rq import SimpleWorker
 
 from pgbus_flask import PgBus
 from pgbus_flask import engine as engine_module
@@ -25,10 +26,8 @@ from pgbus_flask.config import Settings
 from pgbus_flask.engine import Engine
 from pgbus_flask.migrate import apply
 from pgbus_flask.testing import drop_database, embedded_postgres, embedded_redis, empty, fresh_database
-
-from .schedule_helpers import declare  # noqa: F401  (a fixture: scheduled classes for one test)
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.support import redis_db_of, settings_for, with_redis_db, xdist_worker_index
+from tests.support.schedule_helpers import declare  # noqa: F401  (a fixture: scheduled classes for one test)
 
 
 @pytest.fixture(scope="session")
@@ -57,17 +56,20 @@ def pg_url(server_url: str) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Redis database of this process's own: the tests flush it. Under pytest-xdist worker ``gwN``
+    takes database N above the one ``PGBUS_TEST_REDIS_URL`` names (or starts its own embedded Redis)."""
     url = os.environ.get("PGBUS_TEST_REDIS_URL")
     if url:
-        yield url
+        db = redis_db_of(url) + xdist_worker_index()
+        if db > 15:
+            raise pytest.UsageError(f"PGBUS_TEST_REDIS_URL names database {redis_db_of(url)}: with pytest-xdist's "
+                                    f"workers it would need database {db}, past Redis's default 16 (0-15); "
+                                    "name a lower one")
+        yield with_redis_db(url, db)
         return
     server = embedded_redis(str(tmp_path_factory.mktemp("redis")))
     yield server.url
     server.stop()
-
-
-def settings_for(pg_url: str, redis_url: str, **extra: Any) -> dict[str, Any]:
-    return {"PGBUS_DATABASE_URL": pg_url, "PGBUS_REDIS_URL": redis_url, **extra}
 
 
 @pytest.fixture
@@ -104,23 +106,45 @@ def app(clean: None, pg_url: str, redis_url: str, request: pytest.FixtureRequest
     engine_module._default = None
 
 
-class CountingWorker(SimpleWorker):
-    """RQ's SimpleWorker, counting the jobs it ran (with inline continuation a job runs several steps)."""
-
-    performed = 0
-
-    def perform_job(self, *args: Any, **kwargs: Any) -> bool:
-        self.performed += 1
-        return super().perform_job(*args, **kwargs)
-
-
-def work(engine: Engine, queues: list[str] | None = None) -> int:
-    """Run every queued job in this process until the queues are empty; how many jobs RQ ran."""
-    names = queues or engine.queue_names()
-    worker = CountingWorker([engine.queue(n) for n in names], connection=engine.redis)
-    worker.work(burst=True, logging_level="WARNING")
-    return worker.performed
-
-
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "settings(**kw): PGBUS_* settings for the engine/app fixture")
+
+
+#: The folders whose every test is of one kind, and the marker the kind carries.
+FOLDER_MARKERS = {"browser": "browser", "processes": "slow"}
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test of tests/browser ``browser`` and of tests/processes ``slow``; a ``scale`` test
+    (more than 10,000 rows seeded) is ``slow`` too, so the quick lane leaves it out."""
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        if TESTS in path.parents:
+            folder = path.relative_to(TESTS).parts[0]
+            if folder in FOLDER_MARKERS:
+                item.add_marker(FOLDER_MARKERS[folder])
+        if item.get_closest_marker("scale") and not item.get_closest_marker("slow"):
+            item.add_marker("slow")
+
+
+@pytest.fixture(autouse=True)
+def _a_test_that_starts_processes_is_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that starts a process (a worker, ``flask``, a build, Chromium) without the ``slow``
+    or ``browser`` marker: the quick lane (``-m "not slow and not browser"``) must leave it out."""
+    started: list[Any] = []
+    original = subprocess.Popen.__init__
+
+    def recording(self: subprocess.Popen[Any], args: Any, *more: Any, **kwargs: Any) -> None:
+        started.append(args)
+        original(self, args, *more, **kwargs)
+
+    subprocess.Popen.__init__ = recording  # type: ignore[assignment,method-assign]
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = original  # type: ignore[method-assign]
+    marked = request.node.get_closest_marker("slow") or request.node.get_closest_marker("browser")
+    if started and not marked:
+        pytest.fail(f"{request.node.nodeid} started a process ({started[0]!r}) but is not marked slow: "
+                    "add @pytest.mark.slow (or move it to tests/processes)", pytrace=False)

@@ -1,4 +1,4 @@
-"""Workflows with durable delays (tests/test_delays.py); importable by worker processes
+"""Workflows with durable delays (tests/db/test_delays.py); importable by worker processes
 (PGBUS_IMPORT=tests.delay_workflows)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Never imported by the test suite: tests/test_fan_out_functions.py names a function in it as a
+"""Never imported by the test suite: tests/db/test_fan_out_functions.py names a function in it as a
 fan-out child's function and checks that the worker refuses the name without importing this
 module (importing a module runs its code)."""
 

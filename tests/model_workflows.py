@@ -1,4 +1,4 @@
-"""The small workflow classes tests/test_model.py starts: one per kind of step the engine knows.
+"""The small workflow classes tests/db/test_model.py starts: one per kind of step the engine knows.
 
 Their steps fail, pause or reattempt as the run's keyword arguments say, so the
 state machine picks a run's behaviour when it starts it. Kept apart from

@@ -1,4 +1,4 @@
-"""Workflows and a worker class for the process-level tests (tests/test_processes.py).
+"""Workflows and a worker class for the process-level tests (tests/processes/test_processes.py).
 
 Worker subprocesses import this module through ``PGBUS_IMPORT`` (and the
 worker class through ``--worker-class``), so it must import cleanly with

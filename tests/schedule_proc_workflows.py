@@ -1,4 +1,4 @@
-"""A scheduled class for the process test only (tests/test_schedule_processes.py): its workers
+"""A scheduled class for the process test only (tests/processes/test_schedule_processes.py): its workers
 import it through PGBUS_IMPORT; the test process never does, so no other test's sweep starts it."""
 
 from __future__ import annotations

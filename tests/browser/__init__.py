@@ -1,0 +1,3 @@
+"""The dashboard in Chromium through Playwright; every test here carries the ``browser`` marker."""
+
+from __future__ import annotations
