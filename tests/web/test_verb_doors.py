@@ -23,7 +23,6 @@ from pgbus_flask.handle import Run
 from pgbus_flask.present import moment
 from pgbus_flask.runner.allowed import CONDITIONS
 from pgbus_flask.web import api, helpers
-
 from tests.support import work
 from tests.support.webtools import csrf, engine_of, sql
 from tests.workflows import FailsUntil, ThreeSteps
