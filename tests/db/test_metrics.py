@@ -23,7 +23,8 @@ from pgbus_flask import PgBus, metrics
 from pgbus_flask.config import Settings
 from pgbus_flask.engine import Engine
 from pgbus_flask.errors import ConfigError
-from pgbus_flask.queries import OLDEST_OVERDUE, _base
+from pgbus_flask.queries import _base
+from pgbus_flask.sql import statement
 from pgbus_flask.sweep import sweep
 from pgbus_flask.testing import wait_until
 from tests.support import ROOT, settings_for, work
@@ -165,7 +166,7 @@ def test_the_oldest_overdue_read_uses_its_index_not_a_scan(engine: Engine) -> No
                      " - interval '1 hour' WHERE id IN (SELECT id FROM pgbus_workflows WHERE status = 'ready'"
                      " ORDER BY id LIMIT 100)")
         conn.execute("ANALYZE pgbus_workflows")
-        row = conn.execute(("EXPLAIN (FORMAT JSON) " + OLDEST_OVERDUE).encode(), _base(engine, None, None)
+        row = conn.execute(("EXPLAIN (FORMAT JSON) " + statement("oldest_overdue")).encode(), _base(engine, None, None)
                            ).fetchone()
     assert row is not None
     plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
