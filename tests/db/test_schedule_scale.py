@@ -15,6 +15,7 @@ import pytest
 
 from pgbus_flask import schedules
 from pgbus_flask.engine import Engine
+from pgbus_flask.sql import statement
 from pgbus_flask.sweep import sweep
 from tests.support.schedule_helpers import Declare
 
@@ -68,7 +69,8 @@ def test_the_schedule_part_with_100000_finished_runs(engine: Engine, declare: De
           f" {RUNS:,} finished runs; one tick due (its run started) {empty[1]:.2f} ms / {full[1]:.2f} ms")
 
     with engine.db.connection() as conn:
-        plan = conn.execute(("EXPLAIN (FORMAT JSON) " + schedules._DUE).encode(), (schedules.DUE_LIMIT,)).fetchone()
+        plan = conn.execute(("EXPLAIN (FORMAT JSON) " + statement("schedules_due")).encode(),
+                            (schedules.DUE_LIMIT,)).fetchone()
     assert plan is not None
     text = json.dumps(plan[0])
     assert "pgbus_workflows" not in text and "pgbus_schedules" in text, text

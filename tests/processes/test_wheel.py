@@ -61,9 +61,12 @@ def test_wheel_installs_and_renders_from_its_own_files(tmp_path: Path, pg_url: s
     target = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(target)
     python = target / "bin" / "python"
+    # Without PYTHONPATH: a checkout on it (as in a worktree's shell) would make pip see pgbus-flask
+    # installed already and install nothing.
+    pip_environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     installed = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300, env=pip_environ,
     )
     assert installed.returncode == 0, installed.stderr
     # The dependencies come from this venv's site-packages (a path entry, so its
