@@ -13,7 +13,8 @@ third, rare, for jobs found in RQ's intermediate list).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from redis import Redis
 from rq import Queue
@@ -64,8 +65,23 @@ def job_statuses(redis: Redis, job_ids: Sequence[str | None], *, stale_after: fl
         for job_id in ids:
             pipe.hmget(Job.key_for(job_id), "status", "origin", "worker_name")
         stored = pipe.execute()
+    statuses, probes, answers = _probe(redis, ids, stored)
+    dequeued = _judge(probes, answers, statuses, stale_after=stale_after, claims_at_start=claims_at_start)
+    if dequeued:
+        _seen_dequeued(redis, dequeued, statuses)
+    return statuses
+
+
+#: A job whose status is checked against where it says it is: (job id, status, its queue).
+Probe = tuple[str, JobStatus, Queue]
+
+
+def _probe(redis: Redis, ids: Sequence[str], stored: Sequence[Sequence[bytes | None]]
+           ) -> tuple[dict[str, JobStatus | None], list[Probe], Iterator[Any]]:
+    """The statuses of the jobs' hashes (``stored``), and one round trip asking where each job
+    that has a queue, a schedule or a worker is: the probes made, and their answers in order."""
     statuses: dict[str, JobStatus | None] = {}
-    probes: list[tuple[str, JobStatus, Queue]] = []
+    probes: list[Probe] = []
     queues: dict[str, Queue] = {}
     with redis.pipeline(transaction=False) as pipe:
         for job_id, (raw_status, raw_origin, raw_worker) in zip(ids, stored, strict=True):
@@ -91,6 +107,13 @@ def job_statuses(redis: Redis, job_ids: Sequence[str | None], *, stale_after: fl
             pipe.hmget(Job.key_for(job_id), "status", "last_heartbeat")
             probes.append((job_id, status, queue))
         answers = iter(pipe.execute() if probes else [])
+    return statuses, probes, answers
+
+
+def _judge(probes: Sequence[Probe], answers: Iterator[Any], statuses: dict[str, JobStatus | None], *,
+           stale_after: float, claims_at_start: bool) -> list[tuple[str, Queue]]:
+    """Set each probed job's status from the answers (see :func:`job_statuses`); return the jobs
+    only RQ's intermediate list holds, which one more look decides."""
     now = time.time()
     dequeued: list[tuple[str, Queue]] = []
     for job_id, status, queue in probes:
@@ -115,9 +138,7 @@ def job_statuses(redis: Redis, job_ids: Sequence[str | None], *, stale_after: fl
             statuses[job_id] = None
         elif only_dequeued:
             dequeued.append((job_id, queue))
-    if dequeued:
-        _seen_dequeued(redis, dequeued, statuses)
-    return statuses
+    return dequeued
 
 
 def _older(raw: bytes | str | None, cutoff: float) -> bool:

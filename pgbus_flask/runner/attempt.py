@@ -151,16 +151,7 @@ def claim_attempt(engine: Engine, step_id: int, job_id: str | None, *,
             return None
         remember_now(tx, run["tx_now"])
         step_name = run["claim_step"]
-        klass = load_class(engine, run["workflow_class"])
-        spec: StepSpec | None = None
-        problem: Exception | None = None
-        if klass is None:
-            problem = UnknownWorkflow(run["workflow_class"])
-        else:
-            try:
-                spec = klass.step_spec(step_name)
-            except StepNotDefined as exc:
-                problem = exc
+        klass, spec, problem = _definition_of(engine, run["workflow_class"], step_name)
         if run["claim_pending"] and not evaluated and spec is not None and spec.wait_until is not None:
             assert klass is not None
             return WaitUntilDue(run, step_id, step_name, run["claim_attempt"], klass, spec)
@@ -188,32 +179,54 @@ def claim_attempt(engine: Engine, step_id: int, job_id: str | None, *,
         if step is None:
             return None
         if problem is not None or klass is None or spec is None:
-            # Nothing here can run this step: record why and pause for a person.
             assert problem is not None
-            error = error_columns(problem, trace=False)
-            step = move_step(tx.conn, step_id, ["in_progress"], "failed", finished_at=now_of(tx), outcome="failed",
-                             **error)
-            move_run(tx.conn, run["workflow_id"], ["ready"], "paused", paused_at=now_of(tx))
-            record_event(tx, run["workflow_id"], "step_failed", "system", step=step,
-                         details={"error_class": error["error_class"], "error_message": str(problem),
-                                  **message_details(error)})
-            record_event(tx, run["workflow_id"], "paused", "system", reason=str(problem), step=step,
-                         details=message_details(error))
-            count_attempt(tx, run["workflow_class"], step_name, "failed")
+            _pause_unrunnable(tx, run, step_id, step_name, problem)
             return None
         run = {**run, "status": "running"}
-        record_event(tx, run["workflow_id"], "step_started", "system", step=step,
-                     details={"worker": step["worker"]})
+        record_event(tx, run["workflow_id"], "step_started", "system", step=step, details={"worker": step["worker"]})
         signal: Row | None = None
         if spec.wait_for and not step["wait_timed_out"]:
-            signal, claimed_now = held_or_claim_signal(tx.conn, step, spec.wait_for)
-            if claimed_now:
-                record_event(tx, run["workflow_id"], "signal_claimed", "system", step=step,
-                             details={"signal": spec.wait_for, "signal_id": signal["id"]})  # type: ignore[index]
+            signal = _signal_for(tx, run, step, spec.wait_for)
             if signal is None:
                 park_on_signal(tx, run, step, spec)
                 return None
         return Claim(run, step, klass, spec, None, _received(signal))
+
+
+def _definition_of(engine: Engine, workflow_class: str,
+                   step_name: str) -> tuple[type[Workflow] | None, StepSpec | None, Exception | None]:
+    """The class and step a claim runs, or the problem that keeps any code here from running it."""
+    klass = load_class(engine, workflow_class)
+    if klass is None:
+        return None, None, UnknownWorkflow(workflow_class)
+    try:
+        return klass, klass.step_spec(step_name), None
+    except StepNotDefined as exc:
+        return klass, None, exc
+
+
+def _pause_unrunnable(tx: Transaction, run: Row, step_id: int, step_name: str, problem: Exception) -> None:
+    """Nothing here can run the claimed step (its class or step is unknown): record why and pause for a person."""
+    error = error_columns(problem, trace=False)
+    step = move_step(tx.conn, step_id, ["in_progress"], "failed", finished_at=now_of(tx), outcome="failed",
+                     **error)
+    move_run(tx.conn, run["workflow_id"], ["ready"], "paused", paused_at=now_of(tx))
+    record_event(tx, run["workflow_id"], "step_failed", "system", step=step,
+                 details={"error_class": error["error_class"], "error_message": str(problem),
+                          **message_details(error)})
+    record_event(tx, run["workflow_id"], "paused", "system", reason=str(problem), step=step,
+                 details=message_details(error))
+    count_attempt(tx, run["workflow_class"], step_name, "failed")
+
+
+def _signal_for(tx: Transaction, run: Row, step: Row, name: str) -> Row | None:
+    """The signal ``name`` the claimed step waits for (held by an earlier attempt, or claimed now);
+    None: none came yet."""
+    signal, claimed_now = held_or_claim_signal(tx.conn, step, name)
+    if claimed_now:
+        record_event(tx, run["workflow_id"], "signal_claimed", "system", step=step,
+                     details={"signal": name, "signal_id": signal["id"]})  # type: ignore[index]
+    return signal
 
 
 def park_on_signal(tx: Transaction, run: Row, step: Row, spec: StepSpec) -> None:

@@ -42,15 +42,7 @@ def fail_attempt(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow
     outcome = "failed"
     consecutive = 0
     if active and policy == "reattempt" and spec is not None:
-        outcomes = [r[0] for r in tx.conn.execute(
-            "SELECT outcome FROM pgbus_workflow_steps WHERE workflow_id = %s AND step_name = %s AND id <> %s"
-            " AND outcome IS NOT NULL ORDER BY attempt DESC",
-            (step["workflow_id"], step["step_name"], step["id"]),
-        )]
-        for value in outcomes:
-            if value != "reattempted":
-                break
-            consecutive += 1
+        consecutive = _reattempts_in_a_row(tx, step)
         if consecutive < spec.max_reattempts:
             outcome = "reattempted"
         else:
@@ -62,17 +54,39 @@ def fail_attempt(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow
     coded = message_details(error)
     details = {"error_class": error.get("error_class"), "error_message": error.get("error_message"), **coded}
     record_event(tx, run["workflow_id"], "step_failed", actor, step=failed, details=details)
-    wid = run["workflow_id"]
     if not active:
         return "failed"
-    summary = f"{error.get('error_class')}: {error.get('error_message')}"
     if outcome == "reattempted" and spec is not None:
         delay = spec.backoff_seconds(consecutive + 1)
-        record_event(tx, wid, "step_reattempted", actor, step=failed, details={"wait": delay})
-        move_run(tx.conn, wid, ["running", "waiting"], "ready")
+        record_event(tx, run["workflow_id"], "step_reattempted", actor, step=failed, details={"wait": delay})
+        move_run(tx.conn, run["workflow_id"], ["running", "waiting"], "ready")
         schedule_step(engine, tx, run, klass, step["step_name"], actor=actor, delay=delay,
                       wait_until_pending=retries_wait_until(spec, error.get("error_code")))
         return "reattempted"
+    return _end_or_pause(engine, tx, run, klass, failed, policy, actor=actor,
+                         summary=f"{error.get('error_class')}: {error.get('error_message')}", coded=coded)
+
+
+def _reattempts_in_a_row(tx: Transaction, step: Row) -> int:
+    """How many of the step's latest earlier attempts, in a row, ended in a reattempt."""
+    outcomes = [r[0] for r in tx.conn.execute(
+        "SELECT outcome FROM pgbus_workflow_steps WHERE workflow_id = %s AND step_name = %s AND id <> %s"
+        " AND outcome IS NOT NULL ORDER BY attempt DESC",
+        (step["workflow_id"], step["step_name"], step["id"]),
+    )]
+    consecutive = 0
+    for value in outcomes:
+        if value != "reattempted":
+            break
+        consecutive += 1
+    return consecutive
+
+
+def _end_or_pause(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow] | None, failed: Row,
+                  policy: str, *, actor: str, summary: str, coded: dict[str, Any]) -> str:
+    """The error policy of a failed attempt of a going run, once no reattempt is left: cancel the
+    run, skip the step, or pause the run for a person (the metrics' outcome of the attempt)."""
+    wid = run["workflow_id"]
     if policy == "cancel":
         cancel_open_steps(tx.conn, wid)
         ended = move_run(tx.conn, wid, states.ONGOING, "cancelled", finished_at=now_of(tx))
@@ -82,7 +96,7 @@ def fail_attempt(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow
     if policy == "skip":
         consume_signal_of(tx.conn, failed)
         record_event(tx, wid, "step_skipped", actor, reason=summary, step=failed, details=coded)
-        advance(engine, tx, run, klass, step["step_name"], actor=actor)
+        advance(engine, tx, run, klass, failed["step_name"], actor=actor)
         return "skipped"
     move_run(tx.conn, wid, ["running", "waiting"], "paused", paused_at=now_of(tx))
     record_event(tx, wid, "paused", actor, reason=summary, step=failed, details=coded)

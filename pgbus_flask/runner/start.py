@@ -56,31 +56,12 @@ def start(
     if not klass.steps:
         raise PgbusError(f"{klass.__name__} declares no steps")
     arguments = payload.to_json({"args": list(args), "kwargs": dict(kwargs)}, what="arguments")
-    subject_type = subject_id = None
-    if subject is not None:
-        if not (isinstance(subject, (tuple, list)) and len(subject) == 2 and isinstance(subject[0], str)
-                and subject[0] and subject[1] is not None and str(subject[1])):
-            raise InvalidInput("subject", f"must be a (type, id) pair such as ('Order', 1042), got "
-                                          f"{payload.safe_str(repr(subject))[:200]}")
-        subject_type = payload.check_text(subject[0], "subject type", max_bytes=states.NAME_LIMIT,
-                                          allow_newlines=False)
-        subject_id = payload.check_text(str(subject[1]), "subject id", max_bytes=states.KEY_LIMIT)
+    subject_type, subject_id = _checked_subject(subject)
     if idempotency_key is not None:
         payload.check_text(idempotency_key, "idempotency_key", max_bytes=states.KEY_LIMIT)
     payload.check_text(actor, "actor", max_bytes=states.ACTOR_LIMIT, allow_newlines=False)
     workflow_id = uuid.uuid4()
-    first = klass.steps[0]
-    started = {"subject": f"{subject_type} {subject_id}" if subject_type else None}
-    if parent is not None:
-        started.update(parent=str(parent[0]), parent_step=parent[1])
-    values = {
-        "wid": workflow_id, "cls": klass.workflow_name, "step": klass.steps[0].name, "stype": subject_type,
-        "sid": subject_id, "key": idempotency_key, "digest": klass.definition_digest, "args": Jsonb(arguments),
-        "actor": cap(actor, 200), "prefix": JOB_PREFIX, "nothing": Jsonb({}),
-        "wait": first.wait.total_seconds() if first.wait else 0.0, "pending": first.wait_until is not None,
-        "started": Jsonb(payload.to_json(started)),
-        "parent": parent[0] if parent else None, "parent_step": parent[1] if parent else None,
-    }
+    values = _start_values(klass, workflow_id, arguments, subject_type, subject_id, idempotency_key, actor, parent)
     outer = current_transaction()
     if conn is None and (outer is None or outer.database is not engine.db):
         return _start_alone(engine, klass, values)
@@ -95,6 +76,36 @@ def start(
         first = query(tx.conn, _FIRST, (workflow_id,)).fetchone()
         send_after_commit(engine, tx, klass, first)
         return Started(workflow_id, run, first, klass)
+
+
+def _checked_subject(subject: Any) -> tuple[str | None, str | None]:
+    """(type, id) of a run's subject, checked as storable text; (None, None) without one."""
+    if subject is None:
+        return None, None
+    if not (isinstance(subject, (tuple, list)) and len(subject) == 2 and isinstance(subject[0], str)
+            and subject[0] and subject[1] is not None and str(subject[1])):
+        raise InvalidInput("subject", f"must be a (type, id) pair such as ('Order', 1042), got "
+                                      f"{payload.safe_str(repr(subject))[:200]}")
+    subject_type = payload.check_text(subject[0], "subject type", max_bytes=states.NAME_LIMIT, allow_newlines=False)
+    return subject_type, payload.check_text(str(subject[1]), "subject id", max_bytes=states.KEY_LIMIT)
+
+
+def _start_values(klass: type[Workflow], workflow_id: uuid.UUID, arguments: Any, subject_type: str | None,
+                  subject_id: str | None, idempotency_key: str | None, actor: str,
+                  parent: tuple[Any, str] | None) -> dict[str, Any]:
+    """The parameters of :data:`_START`."""
+    first = klass.steps[0]
+    started = {"subject": f"{subject_type} {subject_id}" if subject_type else None}
+    if parent is not None:
+        started.update(parent=str(parent[0]), parent_step=parent[1])
+    return {
+        "wid": workflow_id, "cls": klass.workflow_name, "step": first.name, "stype": subject_type,
+        "sid": subject_id, "key": idempotency_key, "digest": klass.definition_digest, "args": Jsonb(arguments),
+        "actor": cap(actor, 200), "prefix": JOB_PREFIX, "nothing": Jsonb({}),
+        "wait": first.wait.total_seconds() if first.wait else 0.0, "pending": first.wait_until is not None,
+        "started": Jsonb(payload.to_json(started)),
+        "parent": parent[0] if parent else None, "parent_step": parent[1] if parent else None,
+    }
 
 
 #: The run, its first step (scheduled, due now or after its ``wait``; its ``wait_until`` left to

@@ -42,8 +42,7 @@ LAYERS: list[set[str]] = [
     {"extension", "cli", "web", "alembic", "worker"},
     {"mcp_server"},  # the MCP server: on present, like the JSON API and the CLI
     {"__init__"},
-    {"demo_workflows"},  # written as an app would: from the package root
-    {"demo"},
+    {"demo"},  # the demo app and its workflows, written as an app would: from the package root
 ]
 
 #: Each package's modules, lowest first: each may import only those before it.
@@ -55,6 +54,7 @@ PACKAGE_ORDER: dict[str, list[str]] = {
             "__init__"],
     "mcp_server": ["base", "reads", "writes", "server", "__init__"],
     "worker": ["__init__", "runner", "cli"],
+    "demo": ["workflows", "services", "shop", "seeding", "traffic", "cli", "__init__", "__main__"],
 }
 
 #: Deliberate upward imports made at call time, each with why.
@@ -183,6 +183,7 @@ def out_of_order(package: str, path: Path, source: str | None = None) -> list[st
 def test_a_package_modules_import_lower_ones_only(package: str) -> None:
     folder = WORKER if package == "worker" else PACKAGE / package
     wrong = [problem for path in sorted(folder.glob("*.py")) for problem in out_of_order(package, path)]
+    assert sorted(path.stem for path in folder.glob("*.py")) == sorted(PACKAGE_ORDER[package])
     assert not wrong, "\n".join(wrong)
 
 

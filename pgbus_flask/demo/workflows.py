@@ -1,5 +1,5 @@
 """The demo's workflows (``pgbus-demo``): importable by worker processes
-(``PGBUS_IMPORT=pgbus_flask.demo_workflows``).
+(``PGBUS_IMPORT=pgbus_flask.demo.workflows``).
 
 - :class:`OrderWorkflow`: reserve stock, capture the payment (reattempted
   after a backoff when the gateway flakes), wait for ``payment_confirmed``
@@ -32,8 +32,8 @@ from typing import Any
 
 from redis import Redis
 
-from . import Workflow, step
-from .definition import registry
+from .. import Workflow, step
+from ..definition import registry
 
 #: The Redis key saying the (pretend) ERP answers; absent or "0" means down.
 ERP_KEY = "pgbus-demo:erp-online"
