@@ -135,10 +135,37 @@ def test_only_the_runner_changes_a_status() -> None:
     """DESIGN section 5: every transition goes through the runner. No other module writes a status."""
     writers = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path.parent.name == "runner" or path.name in ("testing.py", "demo.py"):
-            continue  # testing empties tables; the demo ages its seeded rows (both documented there)
+        if path.parent.name == "runner" or path.name in ("testing.py", "demo.py", "filters.py"):
+            continue  # testing empties tables; the demo ages its seeded rows (both documented there);
+            # filters composes the runner's row moves, which only the runner runs (below)
         text = path.read_text()
         for needle in ("SET status", "set status"):
             if needle in text:
                 writers.append(str(path.relative_to(PACKAGE)))
     assert not writers, f"status written outside the runner in: {writers}"
+
+
+def test_only_the_runner_runs_the_statements_that_change_a_status() -> None:
+    """The statements that write a status (named in pgbus_flask/sql/*.sql, or composed in filters.py)
+    are run from the runner only: no other module names them."""
+    from pgbus_flask.sql import CATALOG
+
+    writing = {name for name, (_about, text) in CATALOG.items() if "set status" in text.lower()}
+    filters_tree = ast.parse((PACKAGE / "filters.py").read_text())
+    composing = {node.name for node in filters_tree.body if isinstance(node, ast.FunctionDef)
+                 and "set status" in ast.get_source_segment((PACKAGE / "filters.py").read_text(), node).lower()}
+    assert "claim_attempt" in writing and "move_run" in composing
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.parent.name == "runner" or path.name in ("testing.py", "demo.py", "filters.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in writing:
+                wrong.append(f"pgbus_flask/{path.relative_to(PACKAGE)}:{node.lineno}: runs {node.value!r}")
+            elif (isinstance(node, ast.Attribute) and node.attr in composing and isinstance(node.value, ast.Name)
+                  and node.value.id == "filters"):
+                wrong.append(f"pgbus_flask/{path.relative_to(PACKAGE)}:{node.lineno}: runs filters.{node.attr}")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").endswith("filters"):
+                wrong += [f"pgbus_flask/{path.relative_to(PACKAGE)}:{node.lineno}: imports filters.{alias.name}"
+                          for alias in node.names if alias.name in composing]
+    assert not wrong, "\n".join(wrong)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import states
+from .. import db, states
 from ..db import Transaction
 from .rows import (
     Row,
@@ -42,11 +42,8 @@ def fail_attempt(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow
     outcome = "failed"
     consecutive = 0
     if active and policy == "reattempt" and spec is not None:
-        outcomes = [r[0] for r in tx.conn.execute(
-            "SELECT outcome FROM pgbus_workflow_steps WHERE workflow_id = %s AND step_name = %s AND id <> %s"
-            " AND outcome IS NOT NULL ORDER BY attempt DESC",
-            (step["workflow_id"], step["step_name"], step["id"]),
-        )]
+        outcomes = [r["outcome"] for r in db.fetch_all(
+            tx.conn, "earlier_outcomes", (step["workflow_id"], step["step_name"], step["id"]))]
         for value in outcomes:
             if value != "reattempted":
                 break
