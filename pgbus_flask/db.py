@@ -174,6 +174,12 @@ def run(target: Transaction | psycopg.Connection[Any], name: str | sql.Composabl
     return target.cursor(row_factory=dict_row).execute(text, params)  # type: ignore[arg-type]
 
 
+def run_many(target: psycopg.Connection[Any], name: str, params_seq: Any) -> None:
+    """Run the named statement once for each parameters of ``params_seq`` (psycopg's executemany)."""
+    with target.cursor() as cur:
+        cur.executemany(STATEMENTS.get(name) or statement(name), params_seq)
+
+
 def fetch_one(target: Transaction | psycopg.Connection[Any], name: str | sql.Composable,
               params: Any = None) -> Row | None:
     """The first row of :func:`run` (None when there is none)."""

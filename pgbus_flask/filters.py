@@ -261,3 +261,82 @@ def write_events(rows: int, one_run: bool) -> sql.Composable:
     return sql.SQL("WITH events AS (INSERT INTO pgbus_workflow_events"
                    " (workflow_id, event, actor, reason, step_id, step_name, attempt, details)"
                    " VALUES " + values + ") " + refresh)
+
+
+# -- databases, tables and savepoints by name ---------------------------------------------------
+
+
+def create_database(name: str) -> sql.Composable:
+    """Create database ``name`` (the test helpers' own databases)."""
+    return sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+
+
+def drop_database(name: str) -> sql.Composable:
+    """Drop database ``name``, closing whatever is still connected to it."""
+    return sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+
+
+def truncate(tables: Sequence[str]) -> sql.Composable:
+    """Empty ``tables`` and restart their ids."""
+    return sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(sql.SQL(", ").join(map(sql.Identifier, tables)))
+
+
+def delete_all(table: str) -> sql.Composable:
+    """Delete every row of ``table``."""
+    return sql.SQL("DELETE FROM {}").format(sql.Identifier(table))
+
+
+def savepoint(name: str) -> sql.Composable:
+    """Open savepoint ``name``."""
+    return sql.SQL("SAVEPOINT {}").format(sql.Identifier(name))
+
+
+def rollback_to(name: str) -> sql.Composable:
+    """Roll back to savepoint ``name``."""
+    return sql.SQL("ROLLBACK TO SAVEPOINT {}").format(sql.Identifier(name))
+
+
+# -- the runner's row moves ---------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=256)
+def move_run(columns: tuple[str, ...]) -> sql.Composable:
+    """Single-winner run status change: the run ``%(wid)s`` moves to ``%(to)s`` if its status is in
+    ``%(from)s`` (a list), with ``columns`` set to the parameters of their names; returns the new row.
+    One text per set of columns, kept (the runner's few sets are prepared by psycopg)."""
+    sets = sql.SQL("").join(sql.SQL(", {} = {}").format(sql.Identifier(name), sql.Placeholder(name))
+                            for name in columns)
+    return _rendered(sql.SQL("UPDATE pgbus_workflows SET status = %(to)s, updated_at = now(){sets}"
+                             " WHERE workflow_id = %(wid)s AND status = ANY(%(from)s) RETURNING *").format(sets=sets))
+
+
+@functools.lru_cache(maxsize=256)
+def move_step(columns: tuple[str, ...]) -> sql.Composable:
+    """Single-winner step status change: the attempt ``%(id)s`` moves to ``%(to)s`` if its status is in
+    ``%(from)s``, with ``columns`` set to the parameters of their names; returns the new row."""
+    sets = sql.SQL("").join(sql.SQL(", {} = {}").format(sql.Identifier(name), sql.Placeholder(name))
+                            for name in columns)
+    return _rendered(sql.SQL("UPDATE pgbus_workflow_steps SET status = %(to)s{sets}"
+                             " WHERE id = %(id)s AND status = ANY(%(from)s) RETURNING *").format(sets=sets))
+
+
+def _rendered(statement: sql.Composable) -> sql.Composable:
+    """``statement`` rendered once (its identifiers quoted) and kept as plain text: what a hot path
+    runs again and again costs no composing."""
+    return sql.SQL(statement.as_string())
+
+
+# -- a run's long lists, a page at a time -------------------------------------------------------
+
+
+def run_page(table: str, columns: str, owner: str, before: bool) -> sql.Composable:
+    """``columns`` of the newest rows of ``table`` whose ``owner`` column is ``%s``, with an id below
+    ``%s`` when ``before``, at most ``%s``: one range of an ``(owner, id)`` index (``table``, ``columns``
+    and ``owner`` are the run handle's literals, never input)."""
+    return sql.SQL(f"SELECT {columns} FROM {table} WHERE {owner} = %s" + (" AND id < %s" if before else "")
+                   + " ORDER BY id DESC LIMIT %s")
+
+
+def run_page_count(table: str, owner: str) -> sql.Composable:
+    """How many rows of ``table`` have ``%s`` in their ``owner`` column (``n``)."""
+    return sql.SQL(f"SELECT count(*) AS n FROM {table} WHERE {owner} = %s")

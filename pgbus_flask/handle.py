@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import orm, payload, runner, states, verbs
+from . import db, filters, orm, payload, runner, verbs
 from .engine import Engine
 from .errors import WorkflowNotFound
 from .filters import HEAD_BYTES, HEAD_CHARS, WHOLE_BYTES, bounded  # noqa: F401 (the names handle.py gave them)
@@ -30,10 +30,6 @@ def _uuid(value: Any) -> uuid.UUID:
     except ValueError:
         raise WorkflowNotFound(value) from None
 
-
-# The events as literals, matching the partial index pgbus_workflow_events_pauses (states' own constants).
-_PAUSE_EVENTS_SQL = ("SELECT event, created_at FROM pgbus_workflow_events WHERE workflow_id = %s AND event IN ("
-                     + ", ".join(f"'{event}'" for event in states.PAUSE_EVENTS) + ") ORDER BY id")
 
 #: Attempts, audit events, signals, child runs and batches a page of a run shows at once (the newest;
 #: "older" pages show the rest).
@@ -98,8 +94,7 @@ class Run:
     def refresh(self) -> Run:
         """Read the run's row and latest step again."""
         with self.engine.db.reading() as conn:
-            row = runner.query(conn, "SELECT *, now() AS db_now FROM pgbus_workflows WHERE workflow_id = %s",
-                               (self.workflow_id,)).fetchone()
+            row = db.fetch_one(conn, "run_row", (self.workflow_id,))
             if row is None:
                 raise WorkflowNotFound(self.workflow_id)
             self.row: Row = row
@@ -167,17 +162,17 @@ class Run:
 
     # -- reads that query -------------------------------------------------------
 
-    def _rows(self, sql: str) -> list[Row]:
+    def _rows(self, name: str) -> list[Row]:
         with self.engine.db.reading() as conn:
-            return list(runner.query(conn, sql, (self.workflow_id,)).fetchall())
+            return db.fetch_all(conn, name, (self.workflow_id,))
 
     def steps(self) -> list[Row]:
         """Every attempt, oldest first."""
-        return self._rows("SELECT * FROM pgbus_workflow_steps WHERE workflow_id = %s ORDER BY id")
+        return self._rows("run_attempts")
 
     def events(self) -> list[Row]:
         """The audit trail, oldest first."""
-        return self._rows("SELECT * FROM pgbus_workflow_events WHERE workflow_id = %s ORDER BY id")
+        return self._rows("run_events")
 
     def _page(self, table: str, before: int | None, limit: int, *, columns: str = "*", owner: str = "workflow_id",
               count: bool = False) -> Page:
@@ -186,18 +181,18 @@ class Run:
         ``count``, ``total`` counts the whole list (a second range of the same index, skipped when the
         first page holds all of it)."""
         # table, columns and owner: literals of the methods below, never input
-        where = f"FROM {table} WHERE {owner} = %s"
         params: list[Any] = [self.workflow_id]
         if before is not None:
             params.append(before)
         with self.engine.db.reading() as conn:
-            rows = list(runner.query(conn, f"SELECT {columns} {where}" + (" AND id < %s" if before is not None else "")
-                                     + " ORDER BY id DESC LIMIT %s", (*params, limit + 1)).fetchall())
+            rows = db.fetch_all(conn, filters.run_page(table, columns, owner, before is not None),
+                                (*params, limit + 1))
             total = None
             if count and before is None and len(rows) <= limit:
                 total = len(rows)
             elif count:
-                total = int(conn.execute(f"SELECT count(*) {where}", (self.workflow_id,)).fetchone()[0])  # type: ignore[index]
+                total = int(db.fetch_one(conn, filters.run_page_count(table, owner),  # type: ignore[index]
+                                         (self.workflow_id,))["n"])
         older = rows[limit - 1]["id"] if len(rows) > limit else None
         return Page(rows[:limit][::-1], older, total)
 
@@ -211,14 +206,13 @@ class Run:
 
     def attempt_count(self) -> int:
         with self.engine.db.reading() as conn:
-            row = conn.execute("SELECT count(*) FROM pgbus_workflow_steps WHERE workflow_id = %s",
-                               (self.workflow_id,)).fetchone()
-        return int(row[0]) if row else 0
+            row = db.fetch_one(conn, "run_attempt_count", (self.workflow_id,))
+        return int(row["n"]) if row else 0
 
     def pause_events(self) -> list[Row]:
         """The events that start or end a paused stretch (what the timeline draws), oldest first."""
         with self.engine.db.reading() as conn:
-            return list(runner.query(conn, _PAUSE_EVENTS_SQL, (self.workflow_id,)).fetchall())
+            return db.fetch_all(conn, "run_pause_events", (self.workflow_id,))
 
     def attempt_buckets(self, start: datetime, end: datetime, buckets: int) -> list[AttemptBucket]:
         """The attempts counted by step, stretch of time (``buckets`` equal stretches from ``start`` to
@@ -226,22 +220,13 @@ class Run:
         attempts there are. In order of each step's first attempt, then of time."""
         width = max((end - start) / buckets, timedelta(microseconds=1))
         with self.engine.db.reading() as conn:
-            rows = conn.execute(
-                """
-                SELECT step_name, bucket, status, count(*), min(created_at), max(COALESCE(finished_at, %(end)s)),
-                       min(id)
-                FROM (SELECT id, step_name, status, created_at, finished_at,
-                             LEAST(GREATEST(floor(extract(epoch FROM created_at - %(start)s)
-                                                  / extract(epoch FROM %(width)s::interval))::int, 0),
-                                   %(last)s) AS bucket
-                      FROM pgbus_workflow_steps WHERE workflow_id = %(wid)s) a
-                GROUP BY step_name, bucket, status
-                """,
-                {"wid": self.workflow_id, "start": start, "end": end, "width": width, "last": buckets - 1},
-            ).fetchall()
+            rows = db.fetch_all(conn, "run_attempt_buckets", {"wid": self.workflow_id, "start": start, "end": end,
+                                                              "width": width, "last": buckets - 1})
         out: dict[tuple[str, int], AttemptBucket] = {}
         first_id: dict[str, int] = {}
-        for name, index, status, count, first, last, lowest in rows:
+        for row in rows:
+            name, index, status, count = row["step_name"], row["bucket"], row["status"], row["attempts"]
+            first, last, lowest = row["first"], row["last"], row["lowest"]
             bucket = out.setdefault((name, index), AttemptBucket(name, index, {}, first, last))
             bucket.statuses[status] = count
             bucket.first, bucket.last = min(bucket.first, first), max(bucket.last, last)
@@ -250,7 +235,7 @@ class Run:
 
     def signals(self) -> list[Row]:
         """Every signal, oldest first (a page of them: :meth:`signals_page`)."""
-        return self._rows("SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s ORDER BY id")
+        return self._rows("run_signals")
 
     def signals_page(self, before: int | None = None, limit: int = PAGE_SIZE, *, bounded_payloads: bool = False
                      ) -> Page:
@@ -262,12 +247,11 @@ class Run:
     def signal_row(self, signal_id: int) -> Row | None:
         """One signal of this run, whole (None when the run has no signal with this id)."""
         with self.engine.db.reading() as conn:
-            return runner.query(conn, "SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s AND id = %s",
-                                (self.workflow_id, signal_id)).fetchone()
+            return db.fetch_one(conn, "run_signal", (self.workflow_id, signal_id))
 
     def batches(self) -> list[Row]:
         """Every fan-out batch, oldest first (a page of them: :meth:`batches_page`)."""
-        return self._rows("SELECT * FROM pgbus_batches WHERE workflow_id = %s ORDER BY id")
+        return self._rows("run_batches")
 
     def batches_page(self, before: int | None = None, limit: int = PAGE_SIZE) -> Page:
         """The newest ``limit`` fan-out batches (with an id below ``before``), oldest first, and how many."""
@@ -278,8 +262,7 @@ class Run:
         if batch_id is None:
             return None
         with self.engine.db.reading() as conn:
-            return runner.query(conn, "SELECT * FROM pgbus_batches WHERE workflow_id = %s AND id = %s",
-                                (self.workflow_id, batch_id)).fetchone()
+            return db.fetch_one(conn, "run_batch", (self.workflow_id, batch_id))
 
     def children_page(self, before: int | None = None, limit: int = PAGE_SIZE) -> Page:
         """The newest ``limit`` child runs (with a run row id below ``before``), oldest first, with the
@@ -290,24 +273,18 @@ class Run:
     def ongoing_children(self) -> int:
         """How many of its child runs are ongoing (what cancel would cancel too)."""
         with self.engine.db.reading() as conn:
-            row = conn.execute("SELECT count(*) FROM pgbus_workflows WHERE parent_workflow_id = %s"
-                               " AND status IN ('ready', 'running', 'waiting', 'paused')",  # pgbus_workflows_parent
-                               (self.workflow_id,)).fetchone()
-        return int(row[0]) if row else 0
+            row = db.fetch_one(conn, "run_ongoing_children", (self.workflow_id,))
+        return int(row["n"]) if row else 0
 
     def children(self) -> list[Row]:
         """Every child run its steps started (``start_child``), in the order they were started:
         ``workflow_id``, ``workflow_class``, ``status``, ``current_step``, ``parent_step_name``,
         ``created_at``, ``finished_at``, ``attention_reason`` (a page of them: :meth:`children_page`)."""
-        ids = list(dict.fromkeys(i for row in self._rows(
-            "SELECT child_ids FROM pgbus_workflow_steps WHERE workflow_id = %s AND child_ids IS NOT NULL ORDER BY id"
-        ) for i in row["child_ids"]))
+        ids = list(dict.fromkeys(i for row in self._rows("run_child_ids") for i in row["child_ids"]))
         if not ids:
             return []
         with self.engine.db.reading() as conn:
-            rows = {r["workflow_id"]: r for r in runner.query(
-                conn, "SELECT workflow_id, workflow_class, status, current_step, parent_step_name, created_at,"
-                      " finished_at, attention_reason FROM pgbus_workflows WHERE workflow_id = ANY(%s)", (ids,))}
+            rows = {r["workflow_id"]: r for r in db.fetch_all(conn, "runs_as_children", (ids,))}
         return [rows[i] for i in ids if i in rows]
 
     def outputs(self) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from rq import get_current_job
 
-from . import payload, runner
+from . import db, payload, runner
 from .definition import fan_out_function
 from .engine import resolve_engine
 from .errors import ChildFunctionNotAllowed, DatabaseError, PgbusError
@@ -66,15 +66,10 @@ def run_child(batch_id: int, position: int) -> None:
 def _run_child(batch_id: int, position: int) -> None:
     engine = resolve_engine()
     with engine.db.connection() as conn:
-        row = conn.execute(
-            "SELECT c.args, c.status, b.func, s.status FROM pgbus_batch_children c"
-            " JOIN pgbus_batches b ON b.id = c.batch_id JOIN pgbus_workflow_steps s ON s.id = b.step_id"
-            " WHERE c.batch_id = %s AND c.position = %s",
-            (batch_id, position),
-        ).fetchone()
-    if row is None or row[1] != "pending" or row[3] != "waiting":
+        row = db.fetch_one(conn, "fan_out_child", (batch_id, position))
+    if row is None or row["status"] != "pending" or row["step_status"] != "waiting":
         return  # unknown, a redelivery of a child already recorded, or its step was cancelled or skipped
-    args, func_path = payload.from_json(row[0]), row[2]
+    args, func_path = payload.from_json(row["args"]), row["func"]
     try:
         # Not import_attribute: the name is read from the database, and importing runs code.
         func: Any = fan_out_function(func_path, engine.settings.imports)

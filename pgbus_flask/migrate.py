@@ -17,6 +17,7 @@ from typing import Any
 from psycopg import Connection
 
 from .db import Database
+from .sql import statement
 
 # The advisory lock key every migrating process takes ("pgbus-migrate").
 MIGRATE_LOCK = 0x7067627573_01
@@ -44,16 +45,15 @@ def apply_with(execute: Execute, *, lock: bool = True) -> list[str]:
     The advisory lock is held until that transaction ends.
     """
     if lock:
-        execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
-    execute("CREATE TABLE IF NOT EXISTS pgbus_schema_migrations"
-            " (version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())", None)
-    done = {row[0] for row in execute("SELECT version FROM pgbus_schema_migrations", None)}
+        execute(statement("migrations_lock"), (MIGRATE_LOCK,))
+    execute(statement("migrations_table"), None)
+    done = {row[0] for row in execute(statement("migrations_applied"), None)}
     applied: list[str] = []
     for version, sql in migrations():
         if version in done:
             continue
         execute(sql, None)
-        execute("INSERT INTO pgbus_schema_migrations (version) VALUES (%s)", (version,))
+        execute(statement("migration_done"), (version,))
         applied.append(version)
     return applied
 

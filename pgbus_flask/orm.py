@@ -34,6 +34,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from . import db, filters
 from .db import Database, Transaction, current_transaction
 from .errors import PgbusError
 
@@ -140,7 +141,7 @@ def _after_soft_rollback(session: Any, previous: Any) -> None:
     undone = [tr for tr in state.savepoints if _within(tr, previous)]
     if undone and state.held is not None and previous.parent is not None:
         outermost = min(undone, key=_depth)
-        state.held.execute(f"ROLLBACK TO SAVEPOINT {state.savepoints[outermost]}")
+        db.run(state.held, filters.rollback_to(state.savepoints[outermost]))
     for tr in undone:
         del state.savepoints[tr]
     if previous.parent is None:
@@ -196,10 +197,9 @@ def _end_held(state: _State, *, commit: bool) -> bool:
 
 
 def _same_database(database: Database, conn: psycopg.Connection[Any]) -> bool:
-    probe = "SELECT system_identifier, current_database() FROM pg_control_system()"
-    theirs = conn.execute(probe).fetchone()
+    theirs = db.fetch_one(conn, "database_identity")
     with database.connection() as ours:
-        mine = ours.execute(probe).fetchone()
+        mine = db.fetch_one(ours, "database_identity")
     return theirs == mine
 
 
@@ -252,7 +252,7 @@ def _held_connection(database: Database, state: _State, session: Any) -> psycopg
     for level in reversed(chain):
         if level not in state.savepoints:
             name = f"pgbus_nested_{len(state.savepoints) + 1}"
-            conn.execute(f"SAVEPOINT {name}")
+            db.run(conn, filters.savepoint(name))
             state.savepoints[level] = name
     return conn
 

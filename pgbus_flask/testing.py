@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
+from . import db, filters
 from .errors import PgbusError
 
 TABLES = (
@@ -88,20 +89,20 @@ def with_database(url: str, name: str) -> str:
 def fresh_database(url: str, name: str) -> str:
     """Drop and create database ``name`` on ``url``'s server; returns its URL."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+        db.run(conn, filters.drop_database(name))
+        db.run(conn, filters.create_database(name))
     return with_database(url, name)
 
 
 def drop_database(url: str, name: str) -> None:
     """Drop database ``name`` on ``url``'s server, closing whatever is still connected to it."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        db.run(conn, filters.drop_database(name))
 
 
 def truncate(conn: psycopg.Connection[Any]) -> None:
     """Empty every pgbus table and restart its ids (keeps the schema)."""
-    conn.execute("TRUNCATE " + ", ".join(TABLES) + " RESTART IDENTITY CASCADE")
+    db.run(conn, filters.truncate(TABLES))
 
 
 def empty(conn: psycopg.Connection[Any]) -> None:
@@ -111,7 +112,7 @@ def empty(conn: psycopg.Connection[Any]) -> None:
         for table in TABLES:
             # Events are append-only (migrations 0003, 0010): they go with their runs and schedules.
             if table not in ("pgbus_workflow_events", "pgbus_schedule_events"):
-                conn.execute(f"DELETE FROM {table}")
+                db.run(conn, filters.delete_all(table))
 
 
 def wait_until(condition: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05,

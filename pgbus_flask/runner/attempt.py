@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .. import messages, metrics, orm, payload, states
+from .. import db, messages, metrics, orm, payload, states
 from ..db import Transaction
 from ..definition import (
     ChildStart,
@@ -49,7 +49,6 @@ from .rows import (
     move_run,
     move_step,
     now_of,
-    query,
     record_event,
     remember_now,
     worker_name,
@@ -103,25 +102,10 @@ def queue_wait_of(step: Row) -> float:
 
 def held_or_claim_signal(conn: psycopg.Connection[Any], step: Row, name: str) -> tuple[Row | None, bool]:
     """The signal an earlier attempt of this step holds, else the oldest pending one claimed now."""
-    held = query(
-        conn,
-        "SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s AND status = 'claimed' AND claimed_by_step_id IN"
-        " (SELECT id FROM pgbus_workflow_steps WHERE workflow_id = %s AND step_name = %s) ORDER BY id LIMIT 1",
-        (step["workflow_id"], step["workflow_id"], step["step_name"]),
-    ).fetchone()
+    held = db.fetch_one(conn, "held_signal", (step["workflow_id"], step["workflow_id"], step["step_name"]))
     if held is not None:
         return held, False
-    claimed = query(
-        conn,
-        """
-        UPDATE pgbus_workflow_signals SET status = 'claimed', claimed_by_step_id = %(step)s, claimed_at = now()
-        WHERE id = (SELECT id FROM pgbus_workflow_signals WHERE workflow_id = %(wid)s AND name = %(name)s
-                    AND status = 'pending' ORDER BY id LIMIT 1)
-          AND status = 'pending'
-        RETURNING *
-        """,
-        {"step": step["id"], "wid": step["workflow_id"], "name": name},
-    ).fetchone()
+    claimed = db.fetch_one(conn, "claim_signal", {"step": step["id"], "wid": step["workflow_id"], "name": name})
     return claimed, claimed is not None
 
 
@@ -140,13 +124,7 @@ def claim_attempt(engine: Engine, step_id: int, job_id: str | None, *,
     """
     with engine.db.transaction(pipeline=True) as tx:
         # The run's row lock, the step's name and now(), in one round trip.
-        run = tx.query(
-            "SELECT w.*, s.step_name AS claim_step, s.attempt AS claim_attempt, now() AS tx_now,"
-            " s.wait_until_pending AND s.status = 'scheduled' AND s.scheduled_at <= now() + interval '1 second'"
-            " AS claim_pending FROM pgbus_workflows w"
-            " JOIN pgbus_workflow_steps s ON s.workflow_id = w.workflow_id AND s.id = %s FOR UPDATE OF w",
-            (step_id,),
-        ).fetchone()
+        run = db.fetch_one(tx, "lock_run_of_step", (step_id,))
         if run is None or run["status"] != "ready":
             return None
         remember_now(tx, run["tx_now"])
@@ -156,26 +134,12 @@ def claim_attempt(engine: Engine, step_id: int, job_id: str | None, *,
             assert klass is not None
             return WaitUntilDue(run, step_id, step_name, run["claim_attempt"], klass, spec)
         # Claim the attempt and mark the run running in one statement.
-        step = query(
-            tx.conn,
-            """
-            WITH claimed AS (
-                UPDATE pgbus_workflow_steps SET status = 'in_progress', started_at = now(),
-                    stall_at = now() + make_interval(secs => %(timeout)s), job_id = COALESCE(%(job)s, job_id),
-                    worker = %(worker)s, app_revision = %(rev)s, wait_until_pending = false
-                WHERE id = %(id)s AND status = 'scheduled' AND scheduled_at <= now() + interval '1 second'
-                RETURNING *
-            ), running AS (
-                UPDATE pgbus_workflows SET status = 'running', updated_at = now(), attention_reason = NULL,
-                    attention_since = NULL, attention_step_id = NULL, attention_error_class = NULL
-                WHERE workflow_id = %(wid)s AND status = 'ready' AND %(runnable)s AND EXISTS (SELECT 1 FROM claimed)
-            )
-            SELECT * FROM claimed
-            """,
+        step = db.fetch_one(
+            tx.conn, "claim_attempt",
             {"id": step_id, "wid": run["workflow_id"], "job": job_id, "worker": worker_name(),
              "rev": engine.settings.app_revision, "runnable": problem is None,
              "timeout": route(engine, klass, step_name)[2].total_seconds()},
-        ).fetchone()
+        )
         if step is None:
             return None
         if problem is not None or klass is None or spec is None:
@@ -231,13 +195,7 @@ def _signal_for(tx: Transaction, run: Row, step: Row, name: str) -> Row | None:
 
 def park_on_signal(tx: Transaction, run: Row, step: Row, spec: StepSpec) -> None:
     timeout = spec.wait_timeout.total_seconds() if spec.wait_timeout else None
-    parked = query(
-        tx.conn,
-        "UPDATE pgbus_workflow_steps SET status = 'waiting', waiting_since = COALESCE(waiting_since, now()),"
-        " timeout_at = COALESCE(timeout_at, now() + make_interval(secs => %s)) WHERE id = %s"
-        " AND status = 'in_progress' RETURNING *",
-        (timeout, step["id"]),
-    ).fetchone()
+    parked = db.fetch_one(tx.conn, "park_on_signal", (timeout, step["id"]))
     move_run(tx.conn, run["workflow_id"], ["running"], "waiting")
     record_event(tx, run["workflow_id"], "step_waiting", "system", step=parked,
                  details={"signal": spec.wait_for, "timeout_at": parked["timeout_at"] if parked else None})
@@ -293,9 +251,7 @@ def _settle_wait_until(engine: Engine, due: WaitUntilDue, job_id: str | None) ->
             run = lock_run(tx, due.run["workflow_id"])
             if run["status"] != "ready":
                 return None  # paused or cancelled meanwhile: resume sends it again, still pending
-            later = query(tx.conn, "UPDATE pgbus_workflow_steps SET scheduled_at = %s, wait_until_pending = false"
-                                " WHERE id = %s AND status = 'scheduled' AND wait_until_pending AND scheduled_at < %s"
-                                " AND %s > now() RETURNING *", (moment, due.step_id, moment, moment)).fetchone()
+            later = db.fetch_one(tx.conn, "postpone_to_wait_until", (moment, due.step_id, moment, moment))
             if later is not None:
                 sent = resend_step(engine, tx, due.klass, later)
                 record_event(tx, run["workflow_id"], "rescheduled", "system", step=sent or later,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
-from .. import payload, states
+from .. import db, payload, states
 from ..db import Transaction
 from ..definition import ChildStart, StepSpec
 from ..errors import ChildRunsCancelled, WorkflowNotFound
@@ -38,7 +38,6 @@ from .rows import (
     move_step,
     now_of,
     on_run_ended,
-    query,
     record_event,
     run_ended,
 )
@@ -49,9 +48,6 @@ if TYPE_CHECKING:
     from ..engine import Engine
 
 log = logging.getLogger("pgbus_flask")
-
-#: The events after which a step that starts children starts a new set.
-_NEW_GENERATION = "event = 'rerun' OR (event = 'resumed' AND details->>'plan' = 'resume_at')"
 
 
 def child_key(parent_id: Any, step_name: str, generation: int, position: int) -> str:
@@ -66,18 +62,14 @@ def start_children(engine: Engine, tx: Transaction, run: Row, spec: StepSpec, st
     that cannot be stored) raises before anything of them is kept: the caller fails the attempt.
     ``next_not_before``: the step's ``self.sleep()``, for when the children have ended."""
     wid = run["workflow_id"]
-    generation = tx.conn.execute(
-        f"SELECT count(*) FROM pgbus_workflow_events WHERE workflow_id = %s AND ({_NEW_GENERATION})", (wid,)
-    ).fetchone()[0]  # type: ignore[index]
+    generation = db.fetch_one(tx.conn, "child_generation", (wid,))["generation"]  # type: ignore[index]
     keys = [(child.klass.workflow_name, child_key(wid, step["step_name"], generation, position))
             for position, child in enumerate(children)]
     # The children a retried step started before, read without waiting: an INSERT ... ON CONFLICT
     # on one of their keys would wait for a transaction ending that child, which waits for this
     # run's lock (child first, then parent), a deadlock.
-    found = {(cls, key): child_id for cls, key, child_id in tx.conn.execute(
-        "SELECT workflow_class, idempotency_key, workflow_id FROM pgbus_workflows"
-        " WHERE workflow_class = ANY(%s) AND idempotency_key = ANY(%s) AND idempotency_key IS NOT NULL",
-        (sorted({cls for cls, _ in keys}), [key for _, key in keys])).fetchall()}
+    found = {(r["workflow_class"], r["idempotency_key"]): r["workflow_id"] for r in db.fetch_all(
+        tx.conn, "runs_of_keys", (sorted({cls for cls, _ in keys}), [key for _, key in keys]))}
     ids: list[Any] = []
     with engine.db.transaction() as sub:  # a savepoint: all of them, or none
         for (cls, key), child in zip(keys, children, strict=True):
@@ -98,8 +90,7 @@ def start_children(engine: Engine, tx: Transaction, run: Row, spec: StepSpec, st
 
 
 def _children(conn: Any, ids: Sequence[Any]) -> list[Row]:
-    return query(conn, "SELECT workflow_id, workflow_class, status FROM pgbus_workflows WHERE workflow_id = ANY(%s)",
-                 (list(ids),)).fetchall()  # type: ignore[no-any-return]
+    return db.fetch_all(conn, "child_runs", (list(ids),))
 
 
 def settle(engine: Engine, tx: Transaction, run: Row, step: Row | None) -> bool:
@@ -122,9 +113,7 @@ def settle(engine: Engine, tx: Transaction, run: Row, step: Row | None) -> bool:
         fail_attempt(engine, tx, run, klass, step, error_columns(exc, trace=False), actor="system",
                      open_from=("waiting",))
         return True
-    last = dict(tx.conn.execute(
-        "SELECT DISTINCT ON (workflow_id) workflow_id, output FROM pgbus_workflow_steps"
-        " WHERE workflow_id = ANY(%s) AND status = 'completed' ORDER BY workflow_id, id DESC", (ids,)).fetchall())
+    last = {r["workflow_id"]: r["output"] for r in db.fetch_all(tx.conn, "child_outputs", (ids,))}
     output = {
         "outputs": [payload.from_json(last[i]) if i in last and rows.get(i, {}).get("status") == "finished" else None
                     for i in ids],
@@ -153,9 +142,7 @@ def _family(engine: Engine, tx: Transaction, ended: Row) -> None:
         except WorkflowNotFound:
             parent = None  # deleted by retention: nobody waits
         if parent is not None and parent["status"] in states.ONGOING:
-            step = query(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE workflow_id = %s AND status = 'waiting'"
-                               " AND %s = ANY(child_ids) ORDER BY id DESC LIMIT 1",
-                      (parent_id, ended["workflow_id"])).fetchone()
+            step = db.fetch_one(tx.conn, "step_waiting_on_child", (parent_id, ended["workflow_id"]))
             settle(engine, tx, parent, step)
     if ended["status"] == "cancelled":
         wid = ended["workflow_id"]
@@ -178,9 +165,7 @@ def cancel_children(engine: Engine, parent_id: Any) -> int:
     """Cancel every ongoing child run of a cancelled parent, each in its own transaction (and so
     on down: a child's own children follow). Returns how many were cancelled."""
     with engine.db.connection() as conn:
-        ids = [r[0] for r in conn.execute(
-            "SELECT workflow_id FROM pgbus_workflows WHERE parent_workflow_id = %s AND status = ANY(%s)",
-            (parent_id, list(states.ONGOING))).fetchall()]
+        ids = [r["workflow_id"] for r in db.fetch_all(conn, "ongoing_children", (parent_id, list(states.ONGOING)))]
     cancelled = 0
     for child in ids:
         with engine.db.transaction() as tx:
@@ -200,19 +185,9 @@ def sweep_children(engine: Engine, *, older_than: float, limit: int = 500) -> tu
     ended (settled now). Both reads walk partial indexes of what is pending, not the tables.
     Returns (children cancelled, steps settled)."""
     with engine.db.connection() as conn:
-        orphans = [r[0] for r in conn.execute(
-            "SELECT DISTINCT c.parent_workflow_id FROM pgbus_workflows c"
-            " JOIN pgbus_workflows p ON p.workflow_id = c.parent_workflow_id"
-            " WHERE c.parent_workflow_id IS NOT NULL AND c.status IN ('ready', 'running', 'waiting', 'paused')"
-            " AND p.status = 'cancelled' AND p.updated_at < now() - make_interval(secs => %s) LIMIT %s",
-            (older_than, limit)).fetchall()]
-        waiting = conn.execute(
-            "SELECT s.workflow_id, s.id FROM pgbus_workflow_steps s"
-            " WHERE s.status = 'waiting' AND s.child_ids IS NOT NULL"
-            " AND s.waiting_since < now() - make_interval(secs => %s)"
-            " AND NOT EXISTS (SELECT 1 FROM pgbus_workflows c WHERE c.workflow_id = ANY(s.child_ids)"
-            "                 AND c.status IN ('ready', 'running', 'waiting', 'paused')) LIMIT %s",
-            (older_than, limit)).fetchall()
+        orphans = [r["parent_workflow_id"] for r in db.fetch_all(conn, "orphaned_parents", (older_than, limit))]
+        waiting = [(r["workflow_id"], r["id"])
+                   for r in db.fetch_all(conn, "unsettled_child_waits", (older_than, limit))]
     cancelled = sum(cancel_children(engine, parent) for parent in orphans)
     settled = 0
     for wid, step_id in waiting:
@@ -221,7 +196,7 @@ def sweep_children(engine: Engine, *, older_than: float, limit: int = 500) -> tu
                 run = lock_run(tx, wid)
             except WorkflowNotFound:
                 continue
-            step = query(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE id = %s", (step_id,)).fetchone()
+            step = db.fetch_one(tx.conn, "step_by_id", (step_id,))
             if run["status"] in states.ONGOING and settle(engine, tx, run, step):
                 settled += 1
     if cancelled or settled:

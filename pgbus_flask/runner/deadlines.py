@@ -11,11 +11,11 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from .. import messages, metrics
+from .. import db, messages, metrics
 from ..db import Transaction
 from ..errors import StepStalled, WaitTimedOut, WorkflowNotFound
 from .policy import fail_attempt
-from .rows import Row, error_columns, load_class, lock_run, move_run, move_step, now_of, query, record_event, spec_of
+from .rows import Row, error_columns, load_class, lock_run, move_run, move_step, now_of, record_event, spec_of
 from .scheduling import advance, next_send, send_after_commit
 
 if TYPE_CHECKING:
@@ -30,8 +30,7 @@ def fail_stalled(engine: Engine, step_id: int, workflow_id: Any) -> bool:
             run = lock_run(tx, workflow_id)
         except WorkflowNotFound:
             return False
-        step = query(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE id = %s AND status = 'in_progress'"
-                              " AND stall_at < now()", (step_id,)).fetchone()
+        step = db.fetch_one(tx.conn, "stalled_attempt", (step_id,))
         if step is None:
             return False
         exc = StepStalled(step["attempt"], step["step_name"], step["worker"], step["stall_at"])
@@ -53,8 +52,7 @@ def expire_wait(engine: Engine, step_id: int, workflow_id: Any) -> bool:
             return False
         if run["status"] != "waiting":
             return False
-        step = query(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE id = %s AND status = 'waiting'"
-                              " AND timeout_at < now()", (step_id,)).fetchone()
+        step = db.fetch_one(tx.conn, "expired_wait", (step_id,))
         if step is None:
             return False
         wait_timed_out(engine, tx, run, step)

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
-from .. import payload
+from .. import db, payload
 from ..db import Transaction
 from ..definition import FanOut, StepSpec
 from ..errors import ArgumentsNotSerializable, ChildJobFailed
 from .policy import fail_attempt
-from .rows import Row, error_columns, load_class, lock_run, move_run, move_step, now_of, query, record_event
+from .rows import Row, error_columns, load_class, lock_run, move_run, move_step, now_of, record_event
 from .scheduling import advance, route
 
 if TYPE_CHECKING:
@@ -27,21 +27,16 @@ def open_batch(engine: Engine, tx: Transaction, run: Row, spec: StepSpec, klass:
     ``next_not_before``: the step's ``self.sleep()``, for when the batch finishes."""
     queue = route(engine, klass, step["step_name"])[0]
     args = [payload.to_json(list(a), what=f"fan_out argument tuple {i}") for i, a in enumerate(fan_out.args)]
-    batch = query(
-        tx.conn,
-        "INSERT INTO pgbus_batches (workflow_id, step_id, step_name, func, queue, on_child_failure, status, total)"
-        " VALUES (%s, %s, %s, %s, %s, %s, 'open', %s) RETURNING *",
+    batch = db.fetch_one(
+        tx.conn, "open_batch",
         (run["workflow_id"], step["id"], step["step_name"], fan_out.func, queue, fan_out.on_child_failure,
          len(args)),
-    ).fetchone()
+    )
+    assert batch is not None
     children = [(position, f"pgbus-child-{batch['id']}-{position}-{uuid.uuid4().hex[:8]}")
                 for position in range(len(args))]
-    with tx.conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO pgbus_batch_children (batch_id, position, args, status, job_id, enqueued_at)"
-            " VALUES (%s, %s, %s, 'pending', %s, now())",
-            [(batch["id"], position, Jsonb(args[position]), job_id) for position, job_id in children],
-        )
+    db.run_many(tx.conn, "add_batch_child",
+                [(batch["id"], position, Jsonb(args[position]), job_id) for position, job_id in children])
     parked = move_step(tx.conn, step["id"], ["in_progress"], "waiting", batch_id=batch["id"],
                        waiting_since=now_of(tx), next_not_before=next_not_before)
     move_run(tx.conn, run["workflow_id"], ["running"], "waiting")
@@ -62,30 +57,25 @@ def record_child(engine: Engine, batch_id: int, position: int, *, result: Any = 
         except ArgumentsNotSerializable as exc:
             error = exc
     with engine.db.transaction() as tx:
-        found = tx.conn.execute("SELECT workflow_id FROM pgbus_batches WHERE id = %s", (batch_id,)).fetchone()
+        found = db.fetch_one(tx.conn, "run_of_batch", (batch_id,))
         if found is None:
             return False
-        run = lock_run(tx, found[0])
+        run = lock_run(tx, found["workflow_id"])
         cols = (
             {"result": Jsonb(stored), "error_class": None, "error_message": None, "error_code": None,
              "error_params": None}
             if error is None
             else {"result": None, **error_columns(error, trace=False)}
         )
-        child = tx.conn.execute(
-            "UPDATE pgbus_batch_children SET status = %s, finished_at = now(), result = %s, error_class = %s,"
-            " error_message = %s, error_code = %s, error_params = %s"
-            " WHERE batch_id = %s AND position = %s AND status = 'pending' RETURNING position",
+        child = db.fetch_one(
+            tx.conn, "record_batch_child",
             ("done" if error is None else "failed", cols["result"], cols["error_class"], cols["error_message"],
              cols["error_code"], cols["error_params"], batch_id, position),
-        ).fetchone()
+        )
         if child is None:
             return False
-        batch = query(
-            tx.conn,
-            "UPDATE pgbus_batches SET done = done + %s, failed = failed + %s WHERE id = %s RETURNING *",
-            (int(error is None), int(error is not None), batch_id),
-        ).fetchone()
+        batch = db.fetch_one(tx.conn, "count_batch_child", (int(error is None), int(error is not None), batch_id))
+        assert batch is not None
         if batch["status"] == "open" and batch["done"] + batch["failed"] >= batch["total"]:
             finish_batch(engine, tx, run, batch)
         return True
@@ -96,21 +86,16 @@ def resend_child(engine: Engine, batch_id: int, position: int) -> str | None:
     new id, or None when the child is no longer pending (it was recorded meanwhile)."""
     new_id = f"pgbus-child-{batch_id}-{position}-{uuid.uuid4().hex[:8]}"
     with engine.db.connection() as conn:
-        moved = conn.execute(
-            "UPDATE pgbus_batch_children SET job_id = %s, enqueued_at = now() WHERE batch_id = %s"
-            " AND position = %s AND status = 'pending' RETURNING position",
-            (new_id, batch_id, position),
-        ).fetchone()
+        moved = db.fetch_one(conn, "resend_batch_child", (new_id, batch_id, position))
     return new_id if moved else None
 
 
 def finish_batch(engine: Engine, tx: Transaction, run: Row, batch: Row) -> None:
-    batch = query(tx.conn, "UPDATE pgbus_batches SET status = 'finished', finished_at = now() WHERE id = %s"
-                  " AND status = 'open' RETURNING *", (batch["id"],)).fetchone()
+    batch = db.fetch_one(tx.conn, "finish_batch", (batch["id"],))  # type: ignore[assignment]
     if batch is None:
         return
     wid = run["workflow_id"]
-    step = query(tx.conn, "SELECT * FROM pgbus_workflow_steps WHERE id = %s", (batch["step_id"],)).fetchone()
+    step = db.fetch_one(tx.conn, "step_by_id", (batch["step_id"],))
     record_event(tx, wid, "fan_out_finished", "system", step=step,
                  details={"batch_id": batch["id"], "done": batch["done"], "failed": batch["failed"],
                           "total": batch["total"]})
@@ -118,16 +103,14 @@ def finish_batch(engine: Engine, tx: Transaction, run: Row, batch: Row) -> None:
         return  # the step was skipped, cancelled or resumed elsewhere meanwhile
     klass = load_class(engine, run["workflow_class"])
     if batch["failed"] and batch["on_child_failure"] == "fail":
-        first = tx.conn.execute(
-            "SELECT position, error_class, error_message FROM pgbus_batch_children WHERE batch_id = %s"
-            " AND status = 'failed' ORDER BY position LIMIT 1", (batch["id"],)).fetchone()
-        exc = ChildJobFailed(batch["failed"], batch["total"], (first[0], first[1], first[2]) if first else None)
+        first = db.fetch_one(tx.conn, "first_failed_child", (batch["id"],))
+        exc = ChildJobFailed(batch["failed"], batch["total"],
+                             (first["position"], first["error_class"], first["error_message"]) if first else None)
         fail_attempt(engine, tx, run, klass, step, error_columns(exc, trace=False), actor="system",
                      open_from=("waiting",))
         return
     results = [
-        payload.from_json(r[0]) for r in tx.conn.execute(
-            "SELECT result FROM pgbus_batch_children WHERE batch_id = %s ORDER BY position", (batch["id"],))
+        payload.from_json(r["result"]) for r in db.fetch_all(tx.conn, "batch_results", (batch["id"],))
     ]
     output = {"done": batch["done"], "failed": batch["failed"], "total": batch["total"], "results": results}
     done = move_step(tx.conn, step["id"], ["waiting"], "completed", finished_at=now_of(tx), outcome="completed",

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
-from .. import payload, states
+from .. import db, payload, states
 from ..db import Transaction
 from ..definition import StepSpec
-from .rows import Row, now_of, query, worker_name
+from .rows import Row, now_of, worker_name
 from .scheduling import route
 
 if TYPE_CHECKING:
@@ -92,39 +92,6 @@ class Continued:
     spec: StepSpec
 
 
-#: Completes the attempt, claims the next step, moves the run's current step and writes the
-#: three audit events, in one statement. Each part is guarded: if the attempt is no longer
-#: in progress or the run no longer running, nothing at all is written and no row returns.
-_CONTINUE = """
-WITH done AS (
-    UPDATE pgbus_workflow_steps SET status = 'completed', finished_at = now(), outcome = 'completed',
-        output = %(output)s
-    WHERE id = %(done)s AND status = 'in_progress'
-      AND EXISTS (SELECT 1 FROM pgbus_workflows WHERE workflow_id = %(wid)s AND status = 'running')
-    RETURNING id, step_name, attempt
-), next AS (
-    INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status, scheduled_at,
-                                      enqueued_at, started_at, stall_at, job_id, worker, app_revision)
-    SELECT %(wid)s, %(cls)s, %(step)s,
-           COALESCE((SELECT max(attempt) FROM pgbus_workflow_steps
-                     WHERE workflow_id = %(wid)s AND step_name = %(step)s), 0) + 1,
-           'in_progress', now(), now(), now(), now() + make_interval(secs => %(timeout)s),
-           %(job)s, %(worker)s, %(rev)s
-    FROM done
-    RETURNING *
-), moved AS (
-    UPDATE pgbus_workflows SET current_step = %(step)s, updated_at = now()
-    WHERE workflow_id = %(wid)s AND EXISTS (SELECT 1 FROM next)
-), audit AS (
-    INSERT INTO pgbus_workflow_events (workflow_id, event, actor, step_id, step_name, attempt, details)
-    SELECT %(wid)s, e.event, 'system', e.id, e.step_name, e.attempt, e.details
-    FROM (SELECT 1 AS n, 'step_completed' AS event, id, step_name, attempt, %(nothing)s AS details FROM done
-          UNION ALL SELECT 2, 'step_scheduled', id, step_name, attempt, %(nothing)s FROM next
-          UNION ALL SELECT 3, 'step_started', id, step_name, attempt, %(started)s FROM next) AS e
-    ORDER BY e.n
-)
-SELECT * FROM next
-"""
 
 
 def continue_inline(engine: Engine, tx: Transaction, run: Row, step: Row, klass: type[Workflow],
@@ -146,12 +113,12 @@ def continue_inline(engine: Engine, tx: Transaction, run: Row, step: Row, klass:
     if not budget.allows(queue, timeout.total_seconds()):
         return None
     worker = worker_name()
-    row = query(tx.conn, _CONTINUE, {
+    row = db.fetch_one(tx.conn, "continue_inline", {
         "output": Jsonb(output), "done": step["id"], "wid": run["workflow_id"], "cls": run["workflow_class"],
         "step": nxt.name, "timeout": timeout.total_seconds(), "job": job_id, "worker": worker,
         "rev": engine.settings.app_revision, "nothing": Jsonb({}),
         "started": Jsonb(payload.to_json({"worker": worker})),
-    }).fetchone()
+    })
     if row is None:
         return None
     budget.steps -= 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import states
+from .. import db, states
 from ..db import Transaction
 from .rows import (
     Row,
@@ -42,7 +42,12 @@ def fail_attempt(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow
     outcome = "failed"
     consecutive = 0
     if active and policy == "reattempt" and spec is not None:
-        consecutive = _reattempts_in_a_row(tx, step)
+        outcomes = [r["outcome"] for r in db.fetch_all(
+            tx.conn, "earlier_outcomes", (step["workflow_id"], step["step_name"], step["id"]))]
+        for value in outcomes:
+            if value != "reattempted":
+                break
+            consecutive += 1
         if consecutive < spec.max_reattempts:
             outcome = "reattempted"
         else:
@@ -69,11 +74,8 @@ def fail_attempt(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow
 
 def _reattempts_in_a_row(tx: Transaction, step: Row) -> int:
     """How many of the step's latest earlier attempts, in a row, ended in a reattempt."""
-    outcomes = [r[0] for r in tx.conn.execute(
-        "SELECT outcome FROM pgbus_workflow_steps WHERE workflow_id = %s AND step_name = %s AND id <> %s"
-        " AND outcome IS NOT NULL ORDER BY attempt DESC",
-        (step["workflow_id"], step["step_name"], step["id"]),
-    )]
+    outcomes = [r["outcome"] for r in db.fetch_all(
+        tx.conn, "earlier_outcomes", (step["workflow_id"], step["step_name"], step["id"]))]
     consecutive = 0
     for value in outcomes:
         if value != "reattempted":

@@ -17,7 +17,6 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from .. import db, filters, messages, payload, states
@@ -94,21 +93,13 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def query(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:
-    return conn.cursor(row_factory=dict_row).execute(sql, params)  # type: ignore[arg-type]
-
-
 def lock_run(tx: Transaction, workflow_id: Any, *, attempt: int | None = None) -> Row:
     """The run's row, locked until the transaction ends (WorkflowNotFound if there is none).
 
     The same round trip reads the transaction's now() and, given ``attempt``, that step
     row's status (as ``attempt_status``).
     """
-    row = tx.query(
-        "SELECT w.*, now() AS tx_now, (SELECT status FROM pgbus_workflow_steps WHERE id = %s) AS attempt_status"
-        " FROM pgbus_workflows w WHERE w.workflow_id = %s FOR UPDATE",
-        (attempt, workflow_id),
-    ).fetchone()
+    row = db.fetch_one(tx, "lock_run", (attempt, workflow_id))
     if row is None:
         raise WorkflowNotFound(workflow_id)
     remember_now(tx, row["tx_now"])
@@ -116,37 +107,24 @@ def lock_run(tx: Transaction, workflow_id: Any, *, attempt: int | None = None) -
 
 
 def latest_step(conn: psycopg.Connection[Any], workflow_id: Any) -> Row | None:
-    return query(  # type: ignore[no-any-return]
-        conn, "SELECT * FROM pgbus_workflow_steps WHERE workflow_id = %s ORDER BY id DESC LIMIT 1", (workflow_id,)
-    ).fetchone()
+    return db.fetch_one(conn, "latest_step", (workflow_id,))
 
 
 def completed_outputs(conn: psycopg.Connection[Any], workflow_id: Any) -> dict[str, Any]:
     """``{step_name: output}`` of each step's latest completed attempt."""
-    rows = conn.execute(
-        "SELECT step_name, output FROM pgbus_workflow_steps WHERE workflow_id = %s AND status = 'completed'"
-        " ORDER BY attempt, id", (workflow_id,)).fetchall()
-    return {name: payload.from_json(output) for name, output in rows}
+    rows = db.fetch_all(conn, "completed_outputs", (workflow_id,))
+    return {row["step_name"]: payload.from_json(row["output"]) for row in rows}
 
 
 def move_run(conn: psycopg.Connection[Any], workflow_id: Any, from_: Sequence[str], to: str, **cols: Any) -> Row | None:
     """Single-winner run status change: the new row, or None when the status was not in ``from_``."""
-    sets = ", ".join(f"{name} = %({name})s" for name in cols)
-    sql = (
-        "UPDATE pgbus_workflows SET status = %(to)s, updated_at = now()" + (", " + sets if sets else "")
-        + " WHERE workflow_id = %(wid)s AND status = ANY(%(from)s) RETURNING *"
-    )
-    return query(conn, sql, {"to": to, "wid": workflow_id, "from": list(from_), **cols}).fetchone()  # type: ignore
+    return db.fetch_one(conn, filters.move_run(tuple(cols)), {"to": to, "wid": workflow_id, "from": list(from_),
+                                                            **cols})
 
 
 def move_step(conn: psycopg.Connection[Any], step_id: int, from_: Sequence[str], to: str, **cols: Any) -> Row | None:
     """Single-winner step status change: the new row, or None when the status was not in ``from_``."""
-    sets = ", ".join(f"{name} = %({name})s" for name in cols)
-    sql = (
-        "UPDATE pgbus_workflow_steps SET status = %(to)s" + (", " + sets if sets else "")
-        + " WHERE id = %(id)s AND status = ANY(%(from)s) RETURNING *"
-    )
-    return query(conn, sql, {"to": to, "id": step_id, "from": list(from_), **cols}).fetchone()  # type: ignore
+    return db.fetch_one(conn, filters.move_step(tuple(cols)), {"to": to, "id": step_id, "from": list(from_), **cols})
 
 
 def record_event(
@@ -233,31 +211,21 @@ def now_of(tx: Transaction) -> datetime:
     """PostgreSQL's now(): the transaction's start time, read once per transaction."""
     root = _root(tx)
     if root.now is None:
-        root.now = tx.conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        root.now = db.fetch_one(tx.conn, "now")["now"]  # type: ignore[index]
     return root.now
 
 
 def consume_signal_of(conn: psycopg.Connection[Any], step: Row) -> None:
     """The signal held by ``step``'s attempts (if any) is consumed: the step has ended."""
-    conn.execute(
-        "UPDATE pgbus_workflow_signals SET status = 'consumed', consumed_at = now()"
-        " WHERE status = 'claimed' AND claimed_by_step_id IN"
-        " (SELECT id FROM pgbus_workflow_steps WHERE workflow_id = %s AND step_name = %s)",
-        (step["workflow_id"], step["step_name"]),
-    )
+    db.run(conn, "consume_signal_of_step", (step["workflow_id"], step["step_name"]))
 
 
 def cancel_open_steps(conn: psycopg.Connection[Any], workflow_id: Any) -> None:
-    conn.execute(
-        "UPDATE pgbus_workflow_steps SET status = 'cancelled', outcome = 'cancelled', finished_at = now()"
-        " WHERE workflow_id = %s AND status = ANY(%s)",
-        (workflow_id, list(states.OPEN_STEP)),
-    )
+    db.run(conn, "cancel_open_steps", (workflow_id, list(states.OPEN_STEP)))
     close_open_batches(conn, workflow_id)
 
 
 def close_open_batches(conn: psycopg.Connection[Any], workflow_id: Any) -> None:
     """The open step's batch is closed with it (a run has at most one open step): its
     remaining children will not run, and the sweep stops looking at it."""
-    conn.execute("UPDATE pgbus_batches SET status = 'finished', finished_at = now()"
-                 " WHERE workflow_id = %s AND status = 'open'", (workflow_id,))
+    db.run(conn, "close_open_batches", (workflow_id,))

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .. import attention, states
+from .. import attention, db, states
 from ..db import Transaction
 from ..errors import UnknownWorkflow
-from .rows import Row, load_class, move_run, now_of, query, record_event, run_ended, spec_of
+from .rows import Row, load_class, move_run, now_of, record_event, run_ended, spec_of
 
 if TYPE_CHECKING:
     from ..definition import StepSpec
@@ -91,27 +91,14 @@ def schedule_step(
     evaluated, by its job (see attempt.py). ``set_current=False`` when the caller already set the
     run's current step."""
     # The row's id is drawn first so that its first job id (step_job_id(id, 1)) is written with it.
-    step = query(
-        tx.conn,
-        """
-        INSERT INTO pgbus_workflow_steps (id, workflow_id, workflow_class, step_name, attempt, status,
-                                          scheduled_at, enqueued_at, job_id, wait_until_pending)
-        SELECT n.id, %(wid)s, %(cls)s, %(step)s, a.attempt, 'scheduled',
-               GREATEST(now() + make_interval(secs => %(delay)s), %(at)s::timestamptz), now(), %(prefix)s || n.id,
-               %(pending)s
-        FROM (SELECT nextval('pgbus_workflow_steps_id_seq') AS id) n,
-             (SELECT COALESCE(MAX(attempt), 0) + 1 AS attempt FROM pgbus_workflow_steps
-              WHERE workflow_id = %(wid)s AND step_name = %(step)s) a
-        RETURNING *
-        """,
+    step = db.fetch_one(
+        tx.conn, "schedule_step",
         {"wid": run["workflow_id"], "cls": run["workflow_class"], "step": step_name, "delay": delay, "at": at,
          "prefix": JOB_PREFIX, "pending": wait_until_pending},
-    ).fetchone()
+    )
+    assert step is not None
     if set_current:
-        tx.conn.execute(
-            "UPDATE pgbus_workflows SET current_step = %s, updated_at = now() WHERE workflow_id = %s",
-            (step_name, run["workflow_id"]),
-        )
+        db.run(tx.conn, "set_current_step", (step_name, run["workflow_id"]))
     later = (delay or at is not None) and step["scheduled_at"] > now_of(tx)
     record_event(tx, run["workflow_id"], "step_scheduled", actor, reason=reason, step=step,
                  details={"scheduled_at": step["scheduled_at"]} if later else None)
@@ -126,13 +113,8 @@ def resend_step(engine: Engine, tx: Transaction, klass: type[Workflow] | None, s
     still waiting. None if ``step`` (as read under the run's lock) is no longer scheduled or
     was sent again meanwhile."""
     send = next_send(step)
-    row = query(
-        tx.conn,
-        "UPDATE pgbus_workflow_steps SET enqueued_at = now(), sends = %s, job_id = %s,"
-        " scheduled_at = COALESCE(%s, scheduled_at), wait_until_pending = wait_until_pending AND %s"
-        " WHERE id = %s AND status = 'scheduled' AND sends = %s RETURNING *",
-        (send["sends"], send["job_id"], at, at is None, step["id"], step["sends"]),
-    ).fetchone()
+    row = db.fetch_one(tx.conn, "resend_step",
+                       (send["sends"], send["job_id"], at, at is None, step["id"], step["sends"]))
     if row is not None:
         send_after_commit(engine, tx, klass, row, replaces=step["job_id"])
     return row  # type: ignore[no-any-return]
@@ -147,21 +129,11 @@ def resend_lost(engine: Engine, lost: Sequence[tuple[int, int, str | None]]) -> 
     if not lost:
         return 0
     with engine.db.transaction() as tx:
-        rows = query(
-            tx.conn,
-            """
-            UPDATE pgbus_workflow_steps s
-            SET sends = s.sends + 1, resends = s.resends + 1, enqueued_at = now(), job_id = seen.next_job_id
-            FROM unnest(%(ids)s::bigint[], %(sends)s::integer[], %(jobs)s::text[], %(next)s::text[])
-                     AS seen (id, sends, job_id, next_job_id),
-                 pgbus_workflows w
-            WHERE s.id = seen.id AND s.sends = seen.sends AND s.status = 'scheduled'
-              AND w.workflow_id = s.workflow_id AND w.status = 'ready'
-            RETURNING s.*, seen.job_id AS replaces
-            """,
+        rows = db.fetch_all(
+            tx.conn, "resend_lost",
             {"ids": [i for i, _, _ in lost], "sends": [n for _, n, _ in lost], "jobs": [j for _, _, j in lost],
              "next": [step_job_id(i, n + 1) for i, n, _ in lost]},
-        ).fetchall()
+        )
         jobs = [_step_job(engine, load_class(engine, row["workflow_class"]), row, row["replaces"]) for row in rows]
         tx.after_commit(lambda: engine.send_steps(jobs))
     return len(rows)

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
-from .. import payload, states
+from .. import db, payload, states
 from ..db import Transaction
 from ..errors import ArgumentsNotSerializable, SignalRefused, StepNotDefined, TooManyPendingSignals
 from .allowed import check_allowed
 from .attempt import held_or_claim_signal
-from .rows import Row, cap, check_who, latest_step, load_class, move_run, move_step, now_of, query, record_event
+from .rows import Row, cap, check_who, latest_step, load_class, move_run, move_step, now_of, record_event
 from .scheduling import next_send, send_after_commit
 
 if TYPE_CHECKING:
@@ -68,18 +68,11 @@ def send_signal(engine: Engine, workflow_id: Any, name: str, data: Any = None, *
                 return _signal_result(existing, True)
         limit = engine.settings.max_pending_signals
         # Counted up to the limit only (an index-only range of pgbus_workflow_signals_pending).
-        pending = query(tx.conn, "SELECT count(*) AS n FROM (SELECT 1 FROM pgbus_workflow_signals"
-                                 " WHERE workflow_id = %s AND status = 'pending' LIMIT %s) p",
-                        (workflow_id, limit)).fetchone()["n"]
+        pending = db.fetch_one(tx.conn, "pending_signals_up_to", (workflow_id, limit))["n"]  # type: ignore[index]
         if pending >= limit:
             raise TooManyPendingSignals(workflow_id, limit)
-        row = query(
-            tx.conn,
-            "INSERT INTO pgbus_workflow_signals (workflow_id, name, payload, idempotency_key, status, sent_by)"
-            " VALUES (%s, %s, %s, %s, 'pending', %s)"
-            " ON CONFLICT (workflow_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING *",
-            (workflow_id, name, Jsonb(data_json), idempotency_key, cap(actor, 200)),
-        ).fetchone()
+        row = db.fetch_one(tx.conn, "store_signal",
+                           (workflow_id, name, Jsonb(data_json), idempotency_key, cap(actor, 200)))
         if row is None:  # stored meanwhile under this key (every signal takes the run's lock first: never)
             existing = _stored(tx, workflow_id, idempotency_key)
             assert existing is not None
@@ -93,8 +86,7 @@ def send_signal(engine: Engine, workflow_id: Any, name: str, data: Any = None, *
 
 def _stored(tx: Transaction, workflow_id: Any, idempotency_key: str | None) -> Row | None:
     """The signal stored for this run under ``idempotency_key``, if any."""
-    return query(tx.conn, "SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s AND idempotency_key = %s",
-                 (workflow_id, idempotency_key)).fetchone()
+    return db.fetch_one(tx.conn, "signal_of_key", (workflow_id, idempotency_key))
 
 
 def deliver_to_waiting_step(engine: Engine, tx: Transaction, run: Row, name: str) -> Row | None:

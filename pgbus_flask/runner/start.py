@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .. import payload, states
+from .. import db, payload, states
 from ..db import current_transaction
 from ..errors import InvalidInput, PgbusError, SubjectConflict
-from .rows import Row, cap, query
+from .rows import Row, cap
 from .scheduling import JOB_PREFIX, send, send_after_commit
 
 if TYPE_CHECKING:
@@ -68,12 +68,13 @@ def start(
     with engine.db.transaction(conn) as tx:
         try:
             with tx.conn.transaction():  # a savepoint: the application's transaction stays usable
-                run = query(tx.conn, _START, values).fetchone()
+                run = db.fetch_one(tx.conn, "start_run", values)
         except psycopg.errors.UniqueViolation:
             raise _conflict(tx.conn, klass, subject_type, subject_id) from None
         if run is None:
             return Started(_existing(tx.conn, klass, idempotency_key), None, None, None)
-        first = query(tx.conn, _FIRST, (workflow_id,)).fetchone()
+        first = db.fetch_one(tx.conn, "run_steps", (workflow_id,))
+        assert first is not None  # written by the statement above
         send_after_commit(engine, tx, klass, first)
         return Started(workflow_id, run, first, klass)
 
@@ -93,7 +94,7 @@ def _checked_subject(subject: Any) -> tuple[str | None, str | None]:
 def _start_values(klass: type[Workflow], workflow_id: uuid.UUID, arguments: Any, subject_type: str | None,
                   subject_id: str | None, idempotency_key: str | None, actor: str,
                   parent: tuple[Any, str] | None) -> dict[str, Any]:
-    """The parameters of :data:`_START`."""
+    """The parameters of the start_run statement (pgbus_flask/sql/runner.sql)."""
     first = klass.steps[0]
     started = {"subject": f"{subject_type} {subject_id}" if subject_type else None}
     if parent is not None:
@@ -113,44 +114,7 @@ def _start_values(klass: type[Workflow], workflow_id: uuid.UUID, arguments: Any,
 #: idempotency key already used writes nothing. The run's attention columns
 #: (pgbus_flask.attention) are those of a ready run: overdue once its first step, whose id is
 #: taken first, has been due longer than the stall threshold.
-_START = """
-WITH ids AS (
-    SELECT nextval('pgbus_workflow_steps_id_seq') AS step_id, now() + make_interval(secs => %(wait)s) AS due
-), run AS (
-    INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, subject_type, subject_id,
-                                 idempotency_key, definition_digest, arguments, started_by,
-                                 attention_reason, attention_since, attention_step_id, parent_workflow_id,
-                                 parent_step_name)
-    SELECT %(wid)s, %(cls)s, 'ready', %(step)s, %(stype)s, %(sid)s, %(key)s, %(digest)s, %(args)s, %(actor)s,
-           'overdue', due, step_id, %(parent)s, %(parent_step)s
-    FROM ids
-    ON CONFLICT (workflow_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING *
-), first AS (
-    -- its id drawn first (ids): the run's attention_step_id, and its first job id (scheduling.step_job_id)
-    INSERT INTO pgbus_workflow_steps (id, workflow_id, workflow_class, step_name, attempt, status, scheduled_at,
-                                      enqueued_at, job_id, wait_until_pending)
-    SELECT attention_step_id, workflow_id, workflow_class, current_step, 1, 'scheduled', attention_since, now(),
-           %(prefix)s || attention_step_id, %(pending)s
-    FROM run
-    RETURNING id, step_name, attempt, scheduled_at
-), audit AS (
-    INSERT INTO pgbus_workflow_events (workflow_id, event, actor, step_id, step_name, attempt, details)
-    SELECT %(wid)s, e.event, %(actor)s, e.id, e.step_name, e.attempt, e.details
-    FROM (SELECT 1 AS n, 'started' AS event, NULL::bigint AS id, NULL::text AS step_name, NULL::integer AS attempt,
-                 %(started)s::jsonb AS details FROM run
-          UNION ALL SELECT 2, 'step_scheduled', id, step_name, attempt,
-                           -- a later first step: when, as pgbus_flask.payload stores a datetime
-                           CASE WHEN scheduled_at > now() THEN jsonb_build_object('scheduled_at', jsonb_build_object(
-                               '__pgbus__', 'datetime', 'v', to_char(scheduled_at AT TIME ZONE 'UTC',
-                                                                     'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')))
-                           ELSE %(nothing)s END FROM first) AS e
-    ORDER BY e.n
-)
-SELECT run.*, now() AS db_now FROM run
-"""
 
-_FIRST = "SELECT * FROM pgbus_workflow_steps WHERE workflow_id = %s"
 
 
 def _start_alone(engine: Engine, klass: type[Workflow], values: dict[str, Any]) -> Started:
@@ -160,8 +124,8 @@ def _start_alone(engine: Engine, klass: type[Workflow], values: dict[str, Any]) 
         try:
             with conn.pipeline():
                 conn.execute("BEGIN")
-                run_cursor = query(conn, _START, values)
-                first_cursor = query(conn, _FIRST, (values["wid"],))
+                run_cursor = db.run(conn, "start_run", values)
+                first_cursor = db.run(conn, "run_steps", (values["wid"],))
                 conn.execute("COMMIT")
         except BaseException as exc:
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -172,25 +136,20 @@ def _start_alone(engine: Engine, klass: type[Workflow], values: dict[str, Any]) 
         run, first = run_cursor.fetchone(), first_cursor.fetchone()
         if run is None:
             return Started(_existing(conn, klass, values["key"]), None, None, None)
+    assert first is not None
     send(engine, klass, first)
     return Started(values["wid"], run, first, klass)
 
 
 def _conflict(conn: psycopg.Connection[Any], klass: type[Workflow], subject_type: str | None,
               subject_id: str | None) -> SubjectConflict:
-    existing = conn.execute(
-        "SELECT workflow_id FROM pgbus_workflows WHERE workflow_class = %s AND subject_type = %s"
-        " AND subject_id = %s AND status = ANY(%s)",
-        (klass.workflow_name, subject_type, subject_id, list(states.ONGOING)),
-    ).fetchone()
+    existing = db.fetch_one(conn, "ongoing_run_of_subject",
+                            (klass.workflow_name, subject_type, subject_id, list(states.ONGOING)))
     return SubjectConflict(klass.workflow_name, (subject_type or "", subject_id or ""),
-                           existing[0] if existing else None)
+                           existing["workflow_id"] if existing else None)
 
 
 def _existing(conn: psycopg.Connection[Any], klass: type[Workflow], key: str | None) -> Any:
-    found = conn.execute(
-        "SELECT workflow_id FROM pgbus_workflows WHERE workflow_class = %s AND idempotency_key = %s",
-        (klass.workflow_name, key),
-    ).fetchone()
+    found = db.fetch_one(conn, "run_of_idempotency_key", (klass.workflow_name, key))
     assert found is not None
-    return found[0]
+    return found["workflow_id"]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .. import payload, states
+from .. import db, payload, states
 from ..db import Transaction
 from ..errors import ActionNotAllowed, InvalidInput, SubjectConflict
 from ..verbs import ALLOWED_FROM
@@ -25,7 +25,6 @@ from .rows import (
     move_run,
     move_step,
     now_of,
-    query,
     record_event,
 )
 from .scheduling import advance, resend_step, retries_wait_until, schedule_step
@@ -79,11 +78,7 @@ def resume(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str 
 def _keep_waiting(engine: Engine, tx: Transaction, run: Row, klass: type[Workflow], step: Row) -> None:
     """Back to waiting; the wait's deadline moves by the time spent paused (it did not run while paused)."""
     wid = run["workflow_id"]
-    tx.conn.execute(
-        "UPDATE pgbus_workflow_steps SET timeout_at = timeout_at + (now() - %s) WHERE id = %s"
-        " AND status = 'waiting' AND timeout_at IS NOT NULL",
-        (run["paused_at"], step["id"]),
-    )
+    db.run(tx.conn, "extend_wait_by_pause", (run["paused_at"], step["id"]))
     moved = move_run(tx.conn, wid, ["paused"], "waiting", paused_at=None)
     # A batch that finished while paused already completed or failed the step,
     # so only a signal wait gets here with something to deliver.
@@ -121,8 +116,7 @@ def upgrade(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str
 
 
 def _adopt_definition(tx: Transaction, run: Row, klass: type[Workflow], actor: str, reason: str | None) -> None:
-    tx.conn.execute("UPDATE pgbus_workflows SET definition_digest = %s, updated_at = now() WHERE workflow_id = %s",
-                    (klass.definition_digest, run["workflow_id"]))
+    db.run(tx.conn, "adopt_definition", (klass.definition_digest, run["workflow_id"]))
     record_event(tx, run["workflow_id"], "definition_upgraded", actor, reason=reason,
                  details={"from": run["definition_digest"], "to": klass.definition_digest,
                           "steps": ", ".join(s.name for s in klass.steps)})
@@ -175,12 +169,8 @@ def skip(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | 
             nxt = klass.next_step(latest["step_name"])
             assert nxt is not None  # available_actions refused skip when the last step already ended
             move_run(tx.conn, workflow_id, ["paused"], "paused", current_step=nxt.name)
-            skipped = query(tx.conn, """
-                INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status,
-                    scheduled_at, finished_at, outcome)
-                SELECT %(wid)s, %(cls)s, %(step)s, COALESCE(MAX(attempt), 0) + 1, 'skipped', now(), now(), 'skipped'
-                FROM pgbus_workflow_steps WHERE workflow_id = %(wid)s AND step_name = %(step)s RETURNING *
-                """, {"wid": workflow_id, "cls": run["workflow_class"], "step": nxt.name}).fetchone()
+            skipped = db.fetch_one(tx.conn, "skip_next_step",
+                                   {"wid": workflow_id, "cls": run["workflow_class"], "step": nxt.name})
             name = nxt.name
         assert skipped is not None
         klass.step_spec(name)

@@ -43,3 +43,65 @@ SELECT * FROM pgbus_batch_children WHERE batch_id = %s ORDER BY position;
 -- name: batch_child
 -- One child of a batch, whole.
 SELECT * FROM pgbus_batch_children WHERE batch_id = %s AND position = %s;
+
+-- name: run_row
+-- A run's row, with the database's now().
+SELECT *, now() AS db_now FROM pgbus_workflows WHERE workflow_id = %s;
+
+-- name: run_attempts
+-- Every step attempt of a run, oldest first.
+SELECT * FROM pgbus_workflow_steps WHERE workflow_id = %s ORDER BY id;
+
+-- name: run_events
+-- A run's audit trail, oldest first.
+SELECT * FROM pgbus_workflow_events WHERE workflow_id = %s ORDER BY id;
+
+-- name: run_attempt_count
+-- How many step attempts a run has.
+SELECT count(*) AS n FROM pgbus_workflow_steps WHERE workflow_id = %s;
+
+-- name: run_pause_events
+-- The events of a run that start or end a paused stretch, oldest first (states.PAUSE_EVENTS, as the partial index pgbus_workflow_events_pauses lists them).
+SELECT event, created_at FROM pgbus_workflow_events WHERE workflow_id = %s
+  AND event IN ('paused', 'resumed', 'cancelled', 'rerun', 'step_skipped', 'finished') ORDER BY id;
+
+-- name: run_attempt_buckets
+-- A run's attempts counted by step, stretch of time (%(last)s + 1 stretches of %(width)s from %(start)s, by when each attempt's row was made) and status.
+SELECT step_name, bucket, status, count(*) AS attempts, min(created_at) AS first,
+       max(COALESCE(finished_at, %(end)s)) AS last, min(id) AS lowest
+FROM (SELECT id, step_name, status, created_at, finished_at,
+             LEAST(GREATEST(floor(extract(epoch FROM created_at - %(start)s)
+                                  / extract(epoch FROM %(width)s::interval))::int, 0),
+                   %(last)s) AS bucket
+      FROM pgbus_workflow_steps WHERE workflow_id = %(wid)s) a
+GROUP BY step_name, bucket, status;
+
+-- name: run_signals
+-- Every signal of a run, oldest first.
+SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s ORDER BY id;
+
+-- name: run_signal
+-- One signal of a run, whole.
+SELECT * FROM pgbus_workflow_signals WHERE workflow_id = %s AND id = %s;
+
+-- name: run_batches
+-- Every fan-out batch of a run, oldest first.
+SELECT * FROM pgbus_batches WHERE workflow_id = %s ORDER BY id;
+
+-- name: run_batch
+-- One fan-out batch of a run.
+SELECT * FROM pgbus_batches WHERE workflow_id = %s AND id = %s;
+
+-- name: run_ongoing_children
+-- How many child runs of a run are ongoing (pgbus_workflows_parent).
+SELECT count(*) AS n FROM pgbus_workflows WHERE parent_workflow_id = %s
+  AND status IN ('ready', 'running', 'waiting', 'paused');
+
+-- name: run_child_ids
+-- The child run ids each step attempt of a run started, oldest attempt first.
+SELECT child_ids FROM pgbus_workflow_steps WHERE workflow_id = %s AND child_ids IS NOT NULL ORDER BY id;
+
+-- name: runs_as_children
+-- What a run page shows of these child runs.
+SELECT workflow_id, workflow_class, status, current_step, parent_step_name, created_at,
+  finished_at, attention_reason FROM pgbus_workflows WHERE workflow_id = ANY(%s);

@@ -160,6 +160,14 @@ def test_the_fine_insight_kinds_in_sql_are_insights_fine() -> None:
     assert all(values == insights.FINE for values in lists), lists
 
 
+def test_the_pause_events_in_sql_are_states_pause_events() -> None:
+    """A run's paused stretches are read through the partial index pgbus_workflow_events_pauses: the
+    statement's list of events and the index's are states.PAUSE_EVENTS."""
+    (in_statement,) = [v for _line, v in status_lists(CATALOG["run_pause_events"][1])]
+    (in_index,) = [v for _line, v in status_lists((SQL_FOLDER / "schema.sql").read_text()) if "step_skipped" in v]
+    assert in_statement == in_index == states.PAUSE_EVENTS
+
+
 def test_a_status_list_that_drifted_is_named() -> None:
     text = "CREATE INDEX i ON t (c)\n  WHERE status IN ('ready', 'running', 'paused');"
     (wrong,) = wrong_lists(text, "x.sql")

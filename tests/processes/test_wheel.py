@@ -35,6 +35,8 @@ SCRIPT = textwrap.dedent('''
     assert 'lang="de"' in html, html[:300]
     mo = importlib.resources.files("pgbus_flask.translations") / "ja" / "LC_MESSAGES" / "pgbus.mo"
     assert mo.is_file()
+    from pgbus_flask.sql import STATEMENTS
+    assert "claim_attempt" in STATEMENTS and "status_counts" in STATEMENTS, sorted(STATEMENTS)[:5]
     css = client.get("/pgbus/static/pgbus.css")
     assert css.status_code == 200 and len(css.data) > 100
     print("WHEEL-OK", template.filename)
@@ -56,6 +58,7 @@ def test_wheel_installs_and_renders_from_its_own_files(tmp_path: Path, pg_url: s
     assert "pgbus_flask/templates/pgbus/overview.html" in names
     assert "pgbus_flask/translations/de/LC_MESSAGES/pgbus.mo" in names
     assert "pgbus_flask/sql/migrations/0001_initial.sql" in names
+    assert "pgbus_flask/sql/runner.sql" in names and "pgbus_flask/sql/reads.sql" in names
     assert not any(n.startswith(("worker/", "templates/", "translations/", "tests/")) for n in names)
 
     target = tmp_path / "venv"

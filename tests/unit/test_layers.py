@@ -232,10 +232,60 @@ def test_only_the_runner_changes_a_status() -> None:
     """Every transition goes through the runner (its guarded UPDATEs, its audit events)."""
     writers = []
     for name, path in library_files():
-        if name.split(".")[0] == "runner":
-            continue
+        if name.split(".")[0] == "runner" or name == "filters":
+            continue  # filters composes the runner's row moves; only the runner runs them (the test below)
         writers += [f"pgbus_flask/{name.replace('.', '/')}: {what}" for what in status_writes(path.read_text())]
     assert not writers, "status written outside the runner:\n" + "\n".join(writers)
+
+
+def statements_that_write_a_status() -> tuple[set[str], set[str]]:
+    """(names in pgbus_flask/sql/*.sql, functions of filters.py) whose statement writes a status."""
+    from pgbus_flask.sql import CATALOG
+
+    named = {name for name, (_about, text) in CATALOG.items() if status_writes(repr(text))}
+    source = (PACKAGE / "filters.py").read_text()
+    composed = {node.name for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)
+                and status_writes(source_segment(source, node))}
+    return named, composed
+
+
+def source_segment(source: str, node: ast.AST) -> str:
+    return ast.get_source_segment(source, node) or ""
+
+
+def runs_of(source: str, named: set[str], composed: set[str]) -> list[str]:
+    """Where ``source`` names a status-writing statement or calls filters' composer of one."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and node.value in named:
+            found.append(f"line {node.lineno}: runs {node.value!r}")
+        elif (isinstance(node, ast.Attribute) and node.attr in composed and isinstance(node.value, ast.Name)
+              and node.value.id == "filters"):
+            found.append(f"line {node.lineno}: runs filters.{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").endswith("filters"):
+            found += [f"line {node.lineno}: imports filters.{a.name}" for a in node.names if a.name in composed]
+    return found
+
+
+def test_only_the_runner_runs_the_statements_that_change_a_status() -> None:
+    """The statements that write a status (named in pgbus_flask/sql/*.sql, or composed in filters.py)
+    are run from the runner only: no other module names them."""
+    named, composed = statements_that_write_a_status()
+    assert "claim_attempt" in named and "move_run" in composed
+    wrong = []
+    for name, path in library_files():
+        if name.split(".")[0] == "runner" or name == "filters":
+            continue
+        wrong += [f"pgbus_flask/{name.replace('.', '/')}: {what}"
+                  for what in runs_of(path.read_text(), named, composed)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_running_a_status_writing_statement_outside_the_runner_is_caught() -> None:
+    named, composed = statements_that_write_a_status()
+    assert runs_of('db.run(conn, "claim_attempt", params)', named, composed)
+    assert runs_of("db.fetch_one(conn, filters.move_run(('paused_at',)), params)", named, composed)
+    assert not runs_of('db.fetch_all(conn, "latest_step", params)', named, composed)
 
 
 # -- each rule fails on a planted violation ----------------------------------------------------
