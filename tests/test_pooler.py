@@ -87,7 +87,7 @@ def bouncer(pg_url: str) -> Iterator[PgBouncer]:
     if binary is None:
         reason = "pgbouncer is not installed (Debian: apt-get install pgbouncer)"
         if required():
-            pytest.fail(f"PGBUS_REQUIRE_PGBOUNCER=1 but {reason}")
+            pytest.fail(f"PGBUS_REQUIRE_PGBOUNCER=1 but {reason}", pytrace=False)
         pytest.skip(reason)
     server = PgBouncer(binary, pg_url, pool_mode="transaction", pool_size=3)
     server.start()
