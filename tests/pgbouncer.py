@@ -40,6 +40,13 @@ def required() -> bool:
     return os.environ.get("PGBUS_REQUIRE_PGBOUNCER", "") == "1"
 
 
+def unreachable_socket(target_url: str) -> bool:
+    """True when ``target_url`` names a unix socket folder (the embedded server's) and this process
+    runs as root: pgbouncer then runs as 'nobody', who cannot open a socket in root's private folders."""
+    host = str(conninfo_to_dict(target_url).get("host") or "")
+    return os.geteuid() == 0 and (host == "" or host.startswith("/"))
+
+
 def _ini_value(value: str) -> str:
     """A value for a ``[databases]`` connection string: quoted, as libpq's keyword strings are."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -33,7 +33,7 @@ from pgbus_flask.testing import empty, wait_until
 
 from . import procs
 from .conftest import settings_for, work
-from .pgbouncer import PgBouncer, pgbouncer_binary, required
+from .pgbouncer import PgBouncer, pgbouncer_binary, required, unreachable_socket
 from .proc_workflows import ChargesOrder
 from .schedule_helpers import Declare
 from .workflows import FiveNoop, PausesItself, ThreeSteps, WaitsForever, WaitsForPayment
@@ -84,11 +84,17 @@ def test_transaction_mode_turns_prepared_statements_off_on_every_connection(pg_u
 def bouncer(pg_url: str) -> Iterator[PgBouncer]:
     """A pgbouncer in transaction mode in front of this session's test database."""
     binary = pgbouncer_binary()
+    reason = None
     if binary is None:
         reason = "pgbouncer is not installed (Debian: apt-get install pgbouncer)"
+    elif unreachable_socket(pg_url):
+        reason = ("the test PostgreSQL listens on a unix socket that pgbouncer, run as 'nobody' under root,"
+                  " cannot open: set PGBUS_TEST_DATABASE_URL to a server on TCP")
+    if reason:
         if required():
             pytest.fail(f"PGBUS_REQUIRE_PGBOUNCER=1 but {reason}", pytrace=False)
         pytest.skip(reason)
+    assert binary is not None
     server = PgBouncer(binary, pg_url, pool_mode="transaction", pool_size=3)
     server.start()
     yield server
