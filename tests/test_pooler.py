@@ -10,6 +10,7 @@ psycopg's prepared statements, as a new user found.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -75,6 +76,43 @@ def test_transaction_mode_turns_prepared_statements_off_on_every_connection(pg_u
             assert conn.prepare_threshold == 5, "psycopg's default, kept without a transaction pooler"
     finally:
         engine.close()
+
+
+#: What a session keeps past its transaction: behind a transaction-mode pooler the next statement
+#: may reach another server connection, where none of it exists (or it stays held on the first).
+#: SQL keywords in capitals, as the package writes them (prose says "listen" and "set").
+SESSION_STATE = re.compile(
+    r"pg_(?:try_)?advisory_(?:un)?lock(?:_shared)?\s*\("  # session-level advisory locks (not _xact_)
+    r"|\b(?:UN)?LISTEN\s+[\w\"*]"
+    r"|(?:^|[\"'(;]\s*)SET\s+(?!LOCAL\b)(?:SESSION\s+)?[A-Za-z_.]+\s*(?:=|\bTO\b)"  # SET outside SET LOCAL
+    r"|\bCREATE\s+(?:LOCAL\s+|GLOBAL\s+)?TEMP(?:ORARY)?\s+TABLE"
+    r"|\bWITH\s+HOLD\b"
+    r"|set_config\s*\([^)]*,\s*false\s*\)"
+    r"|\bPREPARE\s+[A-Za-z_]+\s+(?:\(|AS\b)",
+    re.MULTILINE,
+)
+
+
+def session_state_in(text: str) -> list[str]:
+    return [match.group(0).strip() for match in SESSION_STATE.finditer(text)]
+
+
+def test_the_package_keeps_no_state_on_a_session() -> None:
+    """Nothing pgbus sends outlives its transaction (docs/deploy.md#pgbouncer-and-other-poolers)."""
+    package = Path(__file__).resolve().parent.parent / "pgbus_flask"
+    found = {str(path.relative_to(package)): hits for path in sorted(package.rglob("*"))
+             if path.suffix in (".py", ".sql") and (hits := session_state_in(path.read_text(encoding="utf-8")))}
+    assert found == {}
+    # The rule catches what it is for.
+    for bad in ('conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))', "conn.execute('LISTEN pgbus')", "UNLISTEN *",
+                'conn.execute("SET statement_timeout = 0")', "SET SESSION jit TO off",
+                "CREATE TEMP TABLE t (i int)", "DECLARE c CURSOR WITH HOLD FOR SELECT 1",
+                "SELECT set_config('jit', 'off', false)", "PREPARE q AS SELECT 1"):
+        assert session_state_in(bad), bad
+    for fine in ('conn.execute("SET LOCAL jit = off")', "SELECT pg_try_advisory_xact_lock(%s)",
+                 "UPDATE pgbus_workflows SET status = %s", "UPDATE t\n    SET a = 1",
+                 "SELECT set_config('jit', 'off', true)"):
+        assert not session_state_in(fine), fine
 
 
 # -- pgbouncer -----------------------------------------------------------------------------------
