@@ -28,8 +28,10 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("PostgreSQL and Redis",
      "Every process that starts runs, works steps or serves the dashboard needs both URLs. All workflow state lives"
      " in the PostgreSQL database; Redis holds only RQ's queues, so losing it loses no run (the sweep resends what"
-     " it lost). A URL is shown in errors and logs with its password replaced by `***`.",
-     ("PGBUS_DATABASE_URL", "PGBUS_REDIS_URL", "PGBUS_POOL_SIZE")),
+     " it lost). A URL is shown in errors and logs with its password replaced by `***`. Behind a transaction-mode"
+     " pooler (PgBouncer's `pool_mode = transaction`, Supavisor's transaction port, ...) set"
+     " `PGBUS_DATABASE_POOLER = \"transaction\"`: see [deploy.md](deploy.md#pgbouncer-and-other-poolers).",
+     ("PGBUS_DATABASE_URL", "PGBUS_DATABASE_POOLER", "PGBUS_REDIS_URL", "PGBUS_POOL_SIZE")),
     ("Steps and workers",
      "How step jobs are queued and how much one job may run. Every worker should import the same workflow modules"
      " (`PGBUS_IMPORT`, or the app that imports them): a worker runs only the steps and fan-out functions of"

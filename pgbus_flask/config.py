@@ -36,6 +36,10 @@ KEYS: tuple[Key, ...] = (
     Key("PGBUS_DATABASE_URL", None, "PostgreSQL URL holding all workflow state (postgresql://...)", "pg_url"),
     Key("PGBUS_REDIS_URL", None, "Redis URL for RQ's queues (redis://, rediss:// or unix://)", "redis_url"),
     Key("PGBUS_QUEUE", "pgbus", "RQ queue for step jobs when neither the class nor the step names one", "name"),
+    Key("PGBUS_DATABASE_POOLER", "session",
+        "what PGBUS_DATABASE_URL points at: 'session' (PostgreSQL itself, or a session-mode pooler) or"
+        " 'transaction' (a transaction-mode pooler such as PgBouncer's pool_mode = transaction: no prepared"
+        " statements)", "pooler"),
     Key("PGBUS_POOL_SIZE", 5, "most PostgreSQL connections one process keeps open", "pos_int"),
     Key("PGBUS_STALL_THRESHOLD", timedelta(minutes=5),
         "a scheduled step due longer than this is overdue (the sweep resends it if Redis lost its job)", "duration"),
@@ -127,6 +131,7 @@ class Settings:
     mcp_token: str | None = field(default=None, repr=False)
     dashboard_hosts: tuple[str, ...] = field(default=())
     max_pending_signals: int = 1_000
+    database_pooler: str = "session"
 
     @classmethod
     def load(cls, values: Mapping[str, Any]) -> Settings:
@@ -171,6 +176,7 @@ class Settings:
             mcp_token=parsed["PGBUS_MCP_TOKEN"],
             dashboard_hosts=parsed["PGBUS_DASHBOARD_HOSTS"],
             max_pending_signals=parsed["PGBUS_MAX_PENDING_SIGNALS"],
+            database_pooler=parsed["PGBUS_DATABASE_POOLER"],
         )
 
     @classmethod
@@ -424,6 +430,21 @@ def _modules(name: str, value: Any) -> tuple[str, ...]:
 
 #: How each kind of key (``Key.kind``) is parsed and checked: ``parser(key name, value)``
 #: returns the value to keep, or raises ConfigError naming the key.
+#: PGBUS_DATABASE_POOLER's values ("none" is another name for "session": nothing between).
+POOLERS = {"session": "session", "none": "session", "transaction": "transaction"}
+
+
+def _pooler(name: str, value: Any) -> str:
+    """``"session"`` or ``"transaction"``: how the connections to PGBUS_DATABASE_URL are shared."""
+    if value is None or value == "":
+        return "session"
+    chosen = POOLERS.get(str(value).strip().lower()) if isinstance(value, str) else None
+    if chosen is None:
+        raise ConfigError(name, f"must be 'session' (or 'none': PostgreSQL itself, or a session-mode pooler) or"
+                                f" 'transaction' (a transaction-mode pooler such as PgBouncer's), got {value!r}")
+    return chosen
+
+
 PARSERS: dict[str, Callable[[str, Any], Any]] = {
     "pg_url": _pg_url,
     "redis_url": _redis_url,
@@ -444,6 +465,7 @@ PARSERS: dict[str, Callable[[str, Any], Any]] = {
     "modules": _modules,
     "hosts": _hosts,
     "folders": _folders,
+    "pooler": _pooler,
 }
 #: The kinds for which no value (None or an empty string) means None, before their parser runs.
 EMPTY_IS_NONE = frozenset({"pg_url", "redis_url", "opt_duration", "opt_str", "opt_callable", "secret"})

@@ -196,15 +196,26 @@ _current: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar("p
 
 
 class Database:
-    """A lazily opened, fork-aware psycopg pool for one database URL."""
+    """A lazily opened, fork-aware psycopg pool for one database URL.
 
-    def __init__(self, url: str, *, max_size: int = 5) -> None:
+    ``pooler="transaction"`` (PGBUS_DATABASE_POOLER) says a transaction-mode pooler such as
+    PgBouncer sits in front: each transaction may reach another server connection, so no
+    connection pgbus opens prepares statements on the server (psycopg does after 5 runs of one).
+    """
+
+    def __init__(self, url: str, *, max_size: int = 5, pooler: str = "session") -> None:
         self.url = url
         self.max_size = max_size
+        self.pooler = pooler
         self._pool: ConnectionPool | None = None
         self._pid = 0
         self._lock = threading.Lock()
         _DATABASES.add(self)
+
+    @property
+    def connect_kwargs(self) -> dict[str, Any]:
+        """What every psycopg connection to this database is opened with (beside the URL)."""
+        return {"prepare_threshold": None} if self.pooler == "transaction" else {}
 
     @property
     def pool(self) -> ConnectionPool:
@@ -217,13 +228,13 @@ class Database:
                     # One direct connection first: a refused or unknown server fails at once
                     # instead of after the pool's timeout (a dashboard page should not hang).
                     try:
-                        psycopg.connect(self.url, connect_timeout=5).close()
+                        psycopg.connect(self.url, connect_timeout=5, **self.connect_kwargs).close()
                     except psycopg.ProgrammingError as exc:  # libpq could not parse it (and may quote it)
                         raise ConfigError("PGBUS_DATABASE_URL", f"is not a connection string libpq accepts: "
                                                                 f"{_first_line(exc)}") from None
                     pool = ConnectionPool(
                         self.url, min_size=1, max_size=self.max_size, open=False,
-                        kwargs={"autocommit": True}, timeout=10, name="pgbus",
+                        kwargs={"autocommit": True, **self.connect_kwargs}, timeout=10, name="pgbus",
                     )
                     # Wait for the first connection: in a forked horse a background
                     # connect would race the first checkout and open a second one.

@@ -53,7 +53,7 @@ class Engine:
         settings.require_urls()
         self.settings = settings
         assert settings.database_url is not None
-        self.db = Database(settings.database_url, max_size=settings.pool_size)
+        self.db = Database(settings.database_url, max_size=settings.pool_size, pooler=settings.database_pooler)
         self._redis: Redis | None = None
         self._queues: dict[str, Queue] = {}
         # Tests replace this to deliver every job several times.

@@ -338,8 +338,8 @@ def _sqlalchemy_engine(database: Database) -> Any:
     if sa_engine is None:
         from sqlalchemy import create_engine
 
-        url = database.url
-        sa_engine = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(url),
+        url, kwargs = database.url, database.connect_kwargs
+        sa_engine = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(url, **kwargs),
                                   pool_size=database.max_size, pool_pre_ping=True)
         database._sqlalchemy_engine = sa_engine  # type: ignore[attr-defined]
     return sa_engine

@@ -4,18 +4,21 @@ The due ticks of schedules (:mod:`pgbus_flask.schedules`), stalled attempts,
 overdue scheduled steps, expired waits, fan-out children
 lost with their worker, old terminal runs, and the count rows of
 ``pgbus_run_counts`` folded into one per key. One sweeper at a time across
-every machine (a PostgreSQL advisory lock); each part reads through a
+every machine (a PostgreSQL advisory lock, held by one transaction); each part reads through a
 partial index, so its cost grows with what it finds, not with the tables.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
+
+import psycopg
 
 from . import attention, insights, metrics, runner, schedules
 from .engine import Engine
@@ -96,12 +99,21 @@ class SweepReport:
 
 
 def sweep(engine: Engine) -> SweepReport:
-    """Run every part of the sweep once, unless another sweeper holds the lock."""
+    """Run every part of the sweep once, unless another sweeper holds the lock.
+
+    The lock is a transaction-level advisory lock, taken in a transaction that stays open on
+    its own connection while the parts run on others, and released by ending it. Nothing of
+    it outlives that transaction, so it works behind a transaction-mode pooler (PgBouncer),
+    where a session-level lock and its later unlock could reach two different server
+    connections and the lock would stay held forever on the first.
+    """
     with engine.db.connection() as lock_conn:
-        got = lock_conn.execute("SELECT pg_try_advisory_lock(%s)", (SWEEP_LOCK,)).fetchone()[0]  # type: ignore[index]
-        if not got:
-            return SweepReport(ran=False)
+        lock_conn.execute("BEGIN")
         try:
+            got = lock_conn.execute("SELECT pg_try_advisory_xact_lock(%s)",
+                                    (SWEEP_LOCK,)).fetchone()[0]  # type: ignore[index]
+            if not got:
+                return SweepReport(ran=False)
             began = time.perf_counter()
             report = SweepReport()
             for part in (_schedules, _stalled, _overdue, _expired_waits, _lost_children, _child_runs, _retention,
@@ -116,7 +128,11 @@ def sweep(engine: Engine) -> SweepReport:
                                {action: getattr(report, action) for action in metrics.SWEEP_ACTIONS})
             return report
         finally:
-            lock_conn.execute("SELECT pg_advisory_unlock(%s)", (SWEEP_LOCK,))
+            # Nothing was written on this connection: ending its transaction releases the lock. If
+            # the server already ended it (a restart, idle_in_transaction_session_timeout), the
+            # lock went with it and the pool drops the broken connection.
+            with contextlib.suppress(psycopg.Error):
+                lock_conn.execute("ROLLBACK")
 
 
 def _ids(engine: Engine, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
