@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from psycopg import sql
+from rq import SimpleWorker
 
 from ..engine import Engine
 from ..handle import Run
@@ -79,15 +80,13 @@ class Seeder:
 
     def work_partner_jobs(self, label: str, children_done: int) -> None:
         """Act as a short-lived ``partners`` worker until ``children_done`` children of the run's batch are done."""
-        from rq import SimpleWorker
-
         handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
         def progress(run: Run) -> bool:
             batches = run.batches()
             if batches and batches[-1]["done"] >= children_done:
                 return True
-            worker = SimpleWorker([self.engine.queue("partners")], connection=self.engine.redis)
+            worker = _PartnerWorker([self.engine.queue("partners")], connection=self.engine.redis)
             try:
                 worker.work(burst=True, max_jobs=1, logging_level="WARNING")
             finally:
@@ -96,6 +95,17 @@ class Seeder:
             return False
 
         self.until(label, progress, f"has {children_done} partner jobs done")
+
+
+class _PartnerWorker(SimpleWorker):
+    """A burst worker of one job that takes no commands: without RQ's command-channel thread, whose
+    stop can wait up to a minute (redis-py 8.2), each of the seeding's short turns ends at once."""
+
+    def subscribe(self) -> None:
+        pass
+
+    def unsubscribe(self) -> None:
+        pass
 
 
 def shift_run(engine: Engine, workflow_id: Any, by: timedelta) -> None:
