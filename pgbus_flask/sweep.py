@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from . import attention, insights, metrics, runner, schedules
+from . import attention, db, insights, metrics, runner, schedules
 from .engine import Engine
 from .errors import ChildLost
 from .rq_state import DIED, LIVE, job_statuses
@@ -38,37 +38,14 @@ DELETE_BATCH = 500
 DELETE_ROUNDS = 20
 
 
-#: The statement each part starts from, each driven by a partial index (tests/test_sweep_plans.py
-#: checks the plans): its cost follows what it finds, not the size of the tables.
-FIND_SQL = {
-    # pgbus_workflow_steps_in_progress
-    "stalled": "SELECT id, workflow_id FROM pgbus_workflow_steps WHERE status = 'in_progress'"
-               " AND stall_at < now() ORDER BY stall_at LIMIT %s",
-    # pgbus_workflow_steps_scheduled: due and sent longer than the threshold ago (x 2^resends,
-    # at most 16x: a step Redis keeps losing is resent less and less often), after the cursor
-    "overdue": "SELECT s.id, s.sends, s.job_id, s.scheduled_at FROM pgbus_workflow_steps s"
-               " JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'ready'"
-               " WHERE s.status = 'scheduled' AND s.scheduled_at < now() - make_interval(secs => %s)"
-               " AND (s.enqueued_at IS NULL"
-               " OR s.enqueued_at < now() - make_interval(secs => %s * power(2, least(s.resends, 4))))"
-               " AND (s.scheduled_at, s.id) > (%s, %s)"
-               " ORDER BY s.scheduled_at, s.id LIMIT %s",
-    # pgbus_workflow_steps_wait_deadline
-    "expired_waits": "SELECT s.id, s.workflow_id FROM pgbus_workflow_steps s"
-                     " JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'waiting'"
-                     " WHERE s.status = 'waiting' AND s.timeout_at IS NOT NULL AND s.timeout_at < now()"
-                     " ORDER BY s.timeout_at LIMIT %s",
-    # pgbus_batch_children_pending_enqueued: pending children sent before the cutoff, or never sent
-    "lost_children": "SELECT c.batch_id, c.position, c.job_id, b.queue FROM pgbus_batch_children c"
-                     " JOIN pgbus_batches b ON b.id = c.batch_id AND b.status = 'open'"
-                     " JOIN pgbus_workflow_steps s ON s.id = b.step_id AND s.status = 'waiting'"
-                     " WHERE c.status = 'pending'"
-                     " AND (c.enqueued_at IS NULL OR c.enqueued_at < now() - make_interval(secs => %s))"
-                     " ORDER BY c.batch_id, c.position LIMIT %s",
-    # pgbus_workflows_terminal_updated
-    "retention": "DELETE FROM pgbus_workflows WHERE id IN (SELECT id FROM pgbus_workflows"
-                 " WHERE status IN ('finished', 'cancelled') AND updated_at < now() - make_interval(secs => %s)"
-                 " ORDER BY updated_at LIMIT %s)",
+#: The named statement (pgbus_flask/sql/sweep.sql) each part starts from, each driven by a partial
+#: index (tests/db/test_sweep_plans.py checks the plans): its cost follows what it finds.
+FIND = {
+    "stalled": "sweep_stalled",
+    "overdue": "sweep_overdue",
+    "expired_waits": "sweep_expired_waits",
+    "lost_children": "sweep_lost_children",
+    "retention": "sweep_retention",
 }
 
 
@@ -110,8 +87,7 @@ def sweep(engine: Engine) -> SweepReport:
     with engine.db.connection() as lock_conn:
         lock_conn.execute("BEGIN")
         try:
-            got = lock_conn.execute("SELECT pg_try_advisory_xact_lock(%s)",
-                                    (SWEEP_LOCK,)).fetchone()[0]  # type: ignore[index]
+            got = db.fetch_one(lock_conn, "sweep_lock", (SWEEP_LOCK,))["got"]  # type: ignore[index]
             if not got:
                 return SweepReport(ran=False)
             began = time.perf_counter()
@@ -135,12 +111,11 @@ def sweep(engine: Engine) -> SweepReport:
                 lock_conn.execute("ROLLBACK")
 
 
-def _ids(engine: Engine, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    # The planner cannot tell how many rows are past a deadline and, on a big table, starts
-    # parallel workers to find none: a sweep that usually finds nothing reads serially.
+def _ids(engine: Engine, part: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """The rows a part starts from, as tuples, read serially (see sweep_serially in sweep.sql)."""
     with engine.db.connection() as conn, conn.transaction():
-        conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")
-        return list(conn.execute(sql, params).fetchall())
+        db.run(conn, "sweep_serially")
+        return [tuple(row.values()) for row in db.fetch_all(conn, FIND[part], params)]
 
 
 def _schedules(engine: Engine, report: SweepReport) -> None:
@@ -154,7 +129,7 @@ def _schedules(engine: Engine, report: SweepReport) -> None:
 
 def _stalled(engine: Engine, report: SweepReport) -> None:
     """Attempts in progress past their stall deadline: failed (:func:`runner.fail_stalled`)."""
-    for step_id, workflow_id in _ids(engine, FIND_SQL["stalled"], (BATCH,)):
+    for step_id, workflow_id in _ids(engine, "stalled", (BATCH,)):
         if runner.fail_stalled(engine, step_id, workflow_id):
             report.stalled += 1
 
@@ -170,7 +145,7 @@ def _overdue(engine: Engine, report: SweepReport) -> None:
     short), so every overdue step is asked about, even behind a queue nobody serves."""
     threshold = engine.settings.stall_threshold.total_seconds()
     cursor = engine.sweep_cursors.get("overdue", OVERDUE_START)
-    rows = _ids(engine, FIND_SQL["overdue"], (threshold, threshold, *cursor, BATCH))
+    rows = _ids(engine, "overdue", (threshold, threshold, *cursor, BATCH))
     statuses = job_statuses(engine.redis, [job_id for _, _, job_id, _ in rows], stale_after=threshold,
                             claims_at_start=True)
     lost = [(step_id, sends, job_id) for step_id, sends, job_id, _ in rows if statuses.get(job_id) not in LIVE]
@@ -182,7 +157,7 @@ def _overdue(engine: Engine, report: SweepReport) -> None:
 def _expired_waits(engine: Engine, report: SweepReport) -> None:
     """Waits for a signal past their deadline: ended as each step's ``on_timeout`` says
     (:func:`runner.expire_wait`)."""
-    for step_id, workflow_id in _ids(engine, FIND_SQL["expired_waits"], (BATCH,)):
+    for step_id, workflow_id in _ids(engine, "expired_waits", (BATCH,)):
         if runner.expire_wait(engine, step_id, workflow_id):
             report.wait_timeouts += 1
 
@@ -193,7 +168,7 @@ def _lost_children(engine: Engine, report: SweepReport) -> None:
     worker died) or no longer exists (Redis lost it): fail or resend them. A cancelled or
     skipped step's children are left alone."""
     threshold = engine.settings.stall_threshold.total_seconds()
-    rows = _ids(engine, FIND_SQL["lost_children"], (threshold, BATCH))
+    rows = _ids(engine, "lost_children", (threshold, BATCH))
     statuses = job_statuses(engine.redis, [job_id for _, _, job_id, _ in rows], stale_after=threshold)
     resend: dict[tuple[int, str], list[tuple[int, str]]] = {}
     for batch_id, position, job_id, queue in rows:
@@ -226,7 +201,7 @@ def _retention(engine: Engine, report: SweepReport) -> None:
         return
     for _ in range(DELETE_ROUNDS):
         with engine.db.connection() as conn:
-            deleted = conn.execute(FIND_SQL["retention"], (retention.total_seconds(), DELETE_BATCH)).rowcount
+            deleted = db.run(conn, FIND["retention"], (retention.total_seconds(), DELETE_BATCH)).rowcount
         report.deleted_runs += deleted
         if deleted < DELETE_BATCH:
             return

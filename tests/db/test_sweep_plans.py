@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from pgbus_flask.engine import Engine
-from pgbus_flask.sweep import BATCH, DELETE_BATCH, FIND_SQL, OVERDUE_START
+from pgbus_flask.sql import statement
+from pgbus_flask.sweep import BATCH, DELETE_BATCH, FIND, OVERDUE_START
 from tests.support.seeds import BIG_TABLES, SEED, nodes
 
 PARAMS: dict[str, tuple[Any, ...]] = {
@@ -33,12 +34,12 @@ INDEX = {
 
 
 @pytest.mark.scale  # 20,000 runs and steps
-@pytest.mark.parametrize("part", list(FIND_SQL))
+@pytest.mark.parametrize("part", list(FIND))
 def test_each_sweep_part_starts_from_its_partial_index(engine: Engine, part: str) -> None:
-    assert set(PARAMS) == set(FIND_SQL) == set(INDEX)
+    assert set(PARAMS) == set(FIND) == set(INDEX)
     with engine.db.connection() as conn:
         conn.execute(SEED)
-        row = conn.execute(("EXPLAIN (FORMAT JSON) " + FIND_SQL[part]).encode(), PARAMS[part]).fetchone()
+        row = conn.execute(("EXPLAIN (FORMAT JSON) " + statement(FIND[part])).encode(), PARAMS[part]).fetchone()
     assert row is not None
     with engine.db.connection() as conn:
         children = conn.execute("SELECT count(*) FROM pgbus_batch_children").fetchone()
