@@ -182,68 +182,82 @@ def insights(engine: Engine, workflow_class: str, window: str | None = None,
         series = db.fetch_all(conn, "insights_series", params)
         at_now = db.fetch_all(conn, "insights_now", params)
     result = Insights(workflow_class, window, first, now, width)
-    steps: dict[str, StepInsight] = {name: StepInsight(name) for name in (step_names or [])}
-    durations: dict[str, dict[int, int]] = {}
-    waits: dict[str, dict[int, int]] = {}
-    longest: dict[str, float] = {}
-    longest_wait: dict[str, float] = {}
-
-    def step(name: str) -> StepInsight:
-        if name not in steps:
-            steps[name] = StepInsight(name)
-        return steps[name]
-
+    folding = _Folding(result, step_names or [])
     for row in rows:
-        name, kind, label, bin_, max_ms = row["step"], row["kind"], row["label"], row["bin"], row["max_ms"]
-        n = int(row["n"])
-        if kind == "started":
-            result.started += n
-        elif kind == "finished":
-            result.finished += n
-        elif kind == "cancelled":
-            result.cancelled += n
-        elif kind == "run_finished":
-            result.funnel_finished += n
-        elif kind == "run_cancelled":
-            result.funnel_cancelled += n
-        elif kind == "reached":
-            step(name).reached += n
-        elif kind == "attempt":
-            if label == "failed":
-                step(name).failed_attempts += n
-                result.failed += n
-            else:
-                step(name).completed_attempts += n
-        elif kind == "error":
-            step(name).errors.append((label, n))
-            result.errors.append((name, label, n))
-        elif kind == "duration":
-            durations.setdefault(name, {})[int(bin_)] = durations.get(name, {}).get(int(bin_), 0) + n
-            if max_ms is not None:
-                longest[name] = max(longest.get(name, 0.0), float(max_ms))
-        elif kind == "wait":
-            waits.setdefault(name, {})[int(bin_)] = waits.get(name, {}).get(int(bin_), 0) + n
-            if max_ms is not None:
-                longest_wait[name] = max(longest_wait.get(name, 0.0), float(max_ms))
+        folding.add(row)
     for row in at_now:
         if row["step"]:
-            step(row["step"]).now_by_status[row["status"]] = int(row["runs"])
-    for name, insight in steps.items():
-        bins = durations.get(name, {})
-        insight.p50_ms = percentile(bins, 0.5, longest.get(name))
-        insight.p95_ms = percentile(bins, 0.95, longest.get(name))
-        insight.max_ms = round(longest[name], 1) if name in longest else None
-        insight.queue_p50_ms = percentile(waits.get(name, {}), 0.5, longest_wait.get(name))
-        insight.queue_p95_ms = percentile(waits.get(name, {}), 0.95, longest_wait.get(name))
-        insight.errors.sort(key=lambda item: (-item[1], item[0]))
-    ordered = list(steps.values())
-    result.steps = ordered
-    # the funnel: runs started in the window are the ones that reached the first step
-    result.funnel_started = ordered[0].reached if ordered else 0
-    for here, after in zip(ordered, [*ordered[1:], None][: len(ordered)], strict=True):
-        onward = after.reached if after is not None else result.funnel_finished
-        here.stopped_here = max(here.reached - onward, 0)
-    result.errors.sort(key=lambda item: (-item[2], item[0], item[1]))
+            folding.step(row["step"]).now_by_status[row["status"]] = int(row["runs"])
+    result.steps = folding.finish()
+    result.buckets = _buckets(first, now, width, series)
+    return result
+
+
+#: Roll-up kinds that count runs, and the :class:`Insights` field each adds to.
+_RUN_COUNTS = {"started": "started", "finished": "finished", "cancelled": "cancelled",
+               "run_finished": "funnel_finished", "run_cancelled": "funnel_cancelled"}
+
+
+class _Folding:
+    """The roll-up rows of a window folded into an :class:`Insights` and its steps."""
+
+    def __init__(self, result: Insights, step_names: list[str]) -> None:
+        self.result = result
+        self.steps: dict[str, StepInsight] = {name: StepInsight(name) for name in step_names}
+        self.durations: dict[str, dict[int, int]] = {}
+        self.waits: dict[str, dict[int, int]] = {}
+        self.longest: dict[str, float] = {}
+        self.longest_wait: dict[str, float] = {}
+
+    def step(self, name: str) -> StepInsight:
+        if name not in self.steps:
+            self.steps[name] = StepInsight(name)
+        return self.steps[name]
+
+    def add(self, row: dict[str, Any]) -> None:
+        result, name, kind, label, n = self.result, row["step"], row["kind"], row["label"], int(row["n"])
+        if kind in _RUN_COUNTS:
+            field_name = _RUN_COUNTS[kind]
+            setattr(result, field_name, getattr(result, field_name) + n)
+        elif kind == "reached":
+            self.step(name).reached += n
+        elif kind == "attempt" and label == "failed":
+            self.step(name).failed_attempts += n
+            result.failed += n
+        elif kind == "attempt":
+            self.step(name).completed_attempts += n
+        elif kind == "error":
+            self.step(name).errors.append((label, n))
+            result.errors.append((name, label, n))
+        elif kind in ("duration", "wait"):
+            bins, longest = (self.durations, self.longest) if kind == "duration" else (self.waits, self.longest_wait)
+            bins.setdefault(name, {})[int(row["bin"])] = bins.get(name, {}).get(int(row["bin"]), 0) + n
+            if row["max_ms"] is not None:
+                longest[name] = max(longest.get(name, 0.0), float(row["max_ms"]))
+
+    def finish(self) -> list[StepInsight]:
+        """The steps in order with their percentiles, and the funnel."""
+        for name, insight in self.steps.items():
+            bins = self.durations.get(name, {})
+            insight.p50_ms = percentile(bins, 0.5, self.longest.get(name))
+            insight.p95_ms = percentile(bins, 0.95, self.longest.get(name))
+            insight.max_ms = round(self.longest[name], 1) if name in self.longest else None
+            insight.queue_p50_ms = percentile(self.waits.get(name, {}), 0.5, self.longest_wait.get(name))
+            insight.queue_p95_ms = percentile(self.waits.get(name, {}), 0.95, self.longest_wait.get(name))
+            insight.errors.sort(key=lambda item: (-item[1], item[0]))
+        ordered = list(self.steps.values())
+        result = self.result
+        # the funnel: runs started in the window are the ones that reached the first step
+        result.funnel_started = ordered[0].reached if ordered else 0
+        for here, after in zip(ordered, [*ordered[1:], None][: len(ordered)], strict=True):
+            onward = after.reached if after is not None else result.funnel_finished
+            here.stopped_here = max(here.reached - onward, 0)
+        result.errors.sort(key=lambda item: (-item[2], item[0], item[1]))
+        return ordered
+
+
+def _buckets(first: datetime, now: datetime, width: timedelta, series: list[dict[str, Any]]) -> list[Bucket]:
+    """The window's buckets, from ``first`` to ``now``, with the series' counts."""
     counts: dict[datetime, Bucket] = {}
     start = first
     while start <= now:
@@ -252,5 +266,4 @@ def insights(engine: Engine, workflow_class: str, window: str | None = None,
     for row in series:
         bucket = counts.setdefault(row["b"], Bucket(row["b"]))
         setattr(bucket, row["kind"], getattr(bucket, row["kind"]) + int(row["n"]))
-    result.buckets = [counts[k] for k in sorted(counts)]
-    return result
+    return [counts[k] for k in sorted(counts)]

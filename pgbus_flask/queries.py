@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -313,73 +313,16 @@ def _index_order(f: RunFilter) -> list[str]:
 
 def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
     """Runs newest first, each with its latest step; and the cursor of the next page (or None)."""
-    if f.status and f.status not in states.RUN_STATUSES:
-        raise InvalidInput("status", f"{f.status!r} is unknown (known: {', '.join(states.RUN_STATUSES)})")
-    if f.reason and f.reason not in states.STUCK_REASONS:
-        raise InvalidInput("stuck reason", f"{f.reason!r} is unknown (known: {', '.join(states.STUCK_REASONS)})")
-    _checked(("class", f.workflow_class), ("step", f.step), ("error class", f.error_class),
-             ("subject", f.subject), ("text", f.text))
+    _check_run_filter(f)
     limit = max(1, min(int(f.limit), MAX_LIMIT))
-    where: list[sql.Composable] = []
-    params: Row = {"limit": limit + 1}
     fixed = _index_order(f)
-
-    def same(column: str, param: str) -> sql.Composable:
-        return filters.same(column, param, fixed)
-
-    if f.workflow_class:
-        where.append(same("w.workflow_class", "cls"))
-        params["cls"] = f.workflow_class
-    if f.status:
-        where.append(same("w.status", "status"))
-        params["status"] = f.status
-    if f.step:
-        where.append(same("w.current_step", "step"))
-        params["step"] = f.step
-    if f.subject:
-        kind, _, ident = f.subject.partition(" ")
-        where.append(filters.SUBJECT_TYPE)
-        params["stype"] = kind
-        if ident:
-            where.append(filters.SUBJECT_ID)
-            params["sid"] = ident
-    older_than_window: int | None = None  # a text search's lowest run id read, when older runs are left
-    text = f.text.strip() if f.text else ""
-    whole_id = _whole_run_id(text)
-    if whole_id is not None:  # one run, from the unique index, however old
-        where.append(filters.WHOLE_ID)
-        params["whole_id"] = whole_id
-    elif text:
-        matches: list[sql.Composable] = [filters.TEXT_IS_SUBJECT_ID, filters.TEXT_IN_SUBJECT]
-        params.update(text=text, text_like="%" + like_escape(text) + "%")
-        bounds = run_id_range(text)
-        if bounds is not None:  # the run ids starting with the text
-            matches.insert(0, filters.TEXT_STARTS_ID)
-            params.update(id_low=bounds[0], id_high=bounds[1])
-        where.append(filters.any_of(matches))
-        # A piece of a subject can only be found by reading runs: a page reads at most TEXT_WINDOW of
-        # them (by id, below the cursor), and when older runs are left its cursor continues below them.
-        with engine.db.connection() as conn:
-            span = db.fetch_one(conn, "run_id_span")
-        newest, oldest = span["newest"], span["oldest"]  # type: ignore[index]
-        low = (f.before or (newest or 0) + 1) - TEXT_WINDOW
-        where.append(filters.TEXT_WINDOW)
-        params["text_window"] = low
-        if oldest is not None and oldest < low:
-            older_than_window = low
+    where, params = _field_filters(f, fixed)
+    params["limit"] = limit + 1
+    older_than_window = _text_filter(engine, f, where, params)
     if f.before:
         where.append(filters.BEFORE)
         params["before"] = f.before
-    if f.reason in attention.PAUSED_REASONS:
-        where += [filters.PAUSED, same("w.attention_reason", "reason")]
-        params["reason"] = f.reason
-    elif f.reason:
-        params.update(now=None, stall=engine.settings.stall_threshold,
-                      waiting=engine.settings.waiting_threshold or timedelta(0))
-        where.append(filters.stuck_for(f.reason, _due_reasons(engine)))
-    if f.reason and f.error_class is not None:
-        where.append(same("COALESCE(w.attention_error_class, '')", "error_class"))
-        params["error_class"] = f.error_class
+    _reason_filter(engine, f, fixed, where, params)
     query = filters.runs_page(where, fixed)
     with engine.db.connection() as conn, conn.transaction() if f.reason else contextlib.nullcontext():
         if f.reason:
@@ -387,6 +330,78 @@ def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
         rows = db.fetch_all(conn, query, params)
     cursor = rows[limit - 1]["id"] if len(rows) > limit else older_than_window
     return rows[:limit], cursor
+
+
+def _check_run_filter(f: RunFilter) -> None:
+    if f.status and f.status not in states.RUN_STATUSES:
+        raise InvalidInput("status", f"{f.status!r} is unknown (known: {', '.join(states.RUN_STATUSES)})")
+    if f.reason and f.reason not in states.STUCK_REASONS:
+        raise InvalidInput("stuck reason", f"{f.reason!r} is unknown (known: {', '.join(states.STUCK_REASONS)})")
+    _checked(("class", f.workflow_class), ("step", f.step), ("error class", f.error_class),
+             ("subject", f.subject), ("text", f.text))
+
+
+def _field_filters(f: RunFilter, fixed: Sequence[str]) -> tuple[list[sql.Composable], Row]:
+    """The conditions on the run's own columns (class, status, step, subject) and their parameters."""
+    where: list[sql.Composable] = []
+    params: Row = {}
+    for value, column, param in ((f.workflow_class, "w.workflow_class", "cls"), (f.status, "w.status", "status"),
+                                 (f.step, "w.current_step", "step")):
+        if value:
+            where.append(filters.same(column, param, fixed))
+            params[param] = value
+    if f.subject:
+        kind, _, ident = f.subject.partition(" ")
+        where.append(filters.SUBJECT_TYPE)
+        params["stype"] = kind
+        if ident:
+            where.append(filters.SUBJECT_ID)
+            params["sid"] = ident
+    return where, params
+
+
+def _text_filter(engine: Engine, f: RunFilter, where: list[sql.Composable], params: Row) -> int | None:
+    """The search box's condition: a whole run id, or the start of one or a piece of a subject.
+    Returns the lowest run id a text search read when older runs are left (the next page's cursor)."""
+    text = f.text.strip() if f.text else ""
+    whole_id = _whole_run_id(text)
+    if whole_id is not None:  # one run, from the unique index, however old
+        where.append(filters.WHOLE_ID)
+        params["whole_id"] = whole_id
+        return None
+    if not text:
+        return None
+    matches: list[sql.Composable] = [filters.TEXT_IS_SUBJECT_ID, filters.TEXT_IN_SUBJECT]
+    params.update(text=text, text_like="%" + like_escape(text) + "%")
+    bounds = run_id_range(text)
+    if bounds is not None:  # the run ids starting with the text
+        matches.insert(0, filters.TEXT_STARTS_ID)
+        params.update(id_low=bounds[0], id_high=bounds[1])
+    where.append(filters.any_of(matches))
+    # A piece of a subject can only be found by reading runs: a page reads at most TEXT_WINDOW of
+    # them (by id, below the cursor), and when older runs are left its cursor continues below them.
+    with engine.db.connection() as conn:
+        span = db.fetch_one(conn, "run_id_span")
+    newest, oldest = span["newest"], span["oldest"]  # type: ignore[index]
+    low = (f.before or (newest or 0) + 1) - TEXT_WINDOW
+    where.append(filters.TEXT_WINDOW)
+    params["text_window"] = low
+    return low if oldest is not None and oldest < low else None
+
+
+def _reason_filter(engine: Engine, f: RunFilter, fixed: Sequence[str], where: list[sql.Composable],
+                   params: Row) -> None:
+    """The condition of a stuck reason (and of its error class, for one attention group)."""
+    if f.reason in attention.PAUSED_REASONS:
+        where += [filters.PAUSED, filters.same("w.attention_reason", "reason", fixed)]
+        params["reason"] = f.reason
+    elif f.reason:
+        params.update(now=None, stall=engine.settings.stall_threshold,
+                      waiting=engine.settings.waiting_threshold or timedelta(0))
+        where.append(filters.stuck_for(f.reason, _due_reasons(engine)))
+    if f.reason and f.error_class is not None:
+        where.append(filters.same("COALESCE(w.attention_error_class, '')", "error_class", fixed))
+        params["error_class"] = f.error_class
 
 
 def batch_progress(engine: Engine, batch_id: int) -> tuple[Row, list[Row]] | None:
