@@ -6,7 +6,7 @@
 The names, defaults and meanings come from ``KEYS`` only; this script adds the
 grouping and a few sentences per group. Every key must sit in exactly one group,
 so a new key cannot be left out of the reference without this script saying so.
-``tests/test_docs.py`` fails when the file differs from what this script writes.
+``tests/unit/test_docs.py`` fails when the file differs from what this script writes.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ HEADER = """\
 # Configuration
 
 <!-- Written by docs/make_configuration.py from pgbus_flask.config.KEYS: edit those, then run
-     `python docs/make_configuration.py`. tests/test_docs.py fails when this file is out of date. -->
+     `python docs/make_configuration.py`. tests/unit/test_docs.py fails when this file is out of date. -->
 
 Every setting is a `PGBUS_*` key. Set it in any of three places:
 

@@ -24,7 +24,7 @@ One module per concern, lowest first (each imports only those above it):
 - ``verbs``: pause, resume, skip, cancel ... as the API, CLI and dashboard call them.
 
 Nothing outside this package writes a status: the sweep, the jobs and the
-verbs all come through here (``tests/test_layers.py`` checks it).
+verbs all come through here (``tests/unit/test_layers.py`` checks it).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
--- The whole pgbus-flask schema as the migrations leave it. tests/test_schema.py
+-- The whole pgbus-flask schema as the migrations leave it. tests/db/test_schema.py
 -- checks that migrating from zero gives exactly this.
 
 -- One row per run.
