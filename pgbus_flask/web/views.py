@@ -200,7 +200,7 @@ class Pages:
 
         return render(
             "pgbus/run.html", live=True, run=run, row=row, p=self.present(row), subject=self.subject(row), plan=plan,
-            actions=actions, primary=helpers.primary_action(actions),
+            actions=actions, primary=helpers.primary_action(actions), verbs=verbs.BY_NAME,
             buttons={a: helpers.action_button(a, plan, open_step) for a in actions},
             step_names=[s.name for s in klass.steps] if klass else [], attempts=attempts, events=events.rows,
             pages=pages, page_url=page_url, signals=signals, batches=batches, children=children,
