@@ -103,12 +103,7 @@ BULK_BY_REASON = {reason: verbs.bulk_for(reason) for reason in states.STUCK_REAS
 
 def label(words: Words, labels: Mapping[str, tuple[str, str]], key: str | None) -> str:
     """The translated label of ``key`` in its role (the key itself when it has none)."""
-    if key is None:
-        return "—"
-    if key not in labels:
-        return key
-    context, message = labels[key]
-    return words.pgettext(context, message)
+    return words.label(labels, key)
 
 
 def badge(text: str, tone: str, kind: str, value: str) -> Markup:

@@ -121,6 +121,18 @@ def runs(engine: Engine, words: Words, filters: Mapping[str, str | None], before
     return {"runs": found, "next_before": cursor}
 
 
+def run_values(handle: Run) -> dict[str, Any]:
+    """A run's row with its latest step and, while that step waits on a fan-out batch, the batch's
+    progress (``batch_done``, ``batch_failed``, ``batch_total``): what a run's presentation reads."""
+    values = dict(handle.row)
+    values["latest_step"] = handle.latest_step
+    latest = handle.latest_step or {}
+    batch = handle.batch(latest.get("batch_id"))
+    if batch is not None:
+        values.update(batch_done=batch["done"], batch_failed=batch["failed"], batch_total=batch["total"])
+    return values
+
+
 def run(engine: Engine, words: Words, workflow_id: Any, steps_before: int | None = None,
         events_before: int | None = None, *, signals_before: int | None = None,
         children_before: int | None = None, batches_before: int | None = None) -> dict[str, Any]:
@@ -130,12 +142,7 @@ def run(engine: Engine, words: Words, workflow_id: Any, steps_before: int | None
     batches it has)."""
     handle = Run(engine, workflow_id)
     now = handle.row["db_now"]
-    values = dict(handle.row)
-    values["latest_step"] = handle.latest_step
-    latest = handle.latest_step or {}
-    batch = handle.batch(latest.get("batch_id"))
-    if batch is not None:
-        values.update(batch_done=batch["done"], batch_failed=batch["failed"], batch_total=batch["total"])
+    values = run_values(handle)
     plan = handle.resume_plan()
     steps, events = handle.steps_page(steps_before), handle.events_page(events_before)
     signals, children = handle.signals_page(signals_before), handle.children_page(children_before)

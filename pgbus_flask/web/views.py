@@ -174,12 +174,8 @@ class Pages:
         steps, events = run.steps_page(cursors["steps_before"]), run.events_page(cursors["events_before"])
         signals = run.signals_page(cursors["signals_before"], bounded_payloads=True)
         children, batches = run.children_page(cursors["children_before"]), run.batches_page(cursors["batches_before"])
-        row = dict(run.row)
-        row["latest_step"] = run.latest_step
+        row = shapes.run_values(run)
         latest = run.latest_step or {}
-        batch = run.batch(latest.get("batch_id"))
-        if batch is not None:
-            row.update(batch_done=batch["done"], batch_failed=batch["failed"], batch_total=batch["total"])
         klass = run.klass
         plan = run.resume_plan()
         actions = helpers.dashboard_actions(run.available_actions)
