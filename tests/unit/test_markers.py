@@ -24,25 +24,26 @@ pytestmark = pytest.mark.slow  # it starts a process: a second collection of the
 FOLDERS = {"tests/browser": "browser", "tests/processes": "slow"}
 
 
-def selected(folder: str, expression: str) -> list[str]:
+def selected(folder: str, expression: str, basetemp: Path) -> list[str]:
     """The node ids of ``folder`` that ``-m expression`` selects."""
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    # --basetemp: the inner session leaves pytest's temporary root (and the servers in it) alone.
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                           "-o", "addopts=", "-m", expression, folder],
+                           "-o", "addopts=", "--basetemp", str(basetemp), "-m", expression, folder],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode in (0, 5), done.stdout + done.stderr  # 5: nothing selected
     return [line for line in done.stdout.splitlines() if "::" in line]
 
 
 @pytest.mark.parametrize("folder", sorted(FOLDERS))
-def test_every_test_of_the_folder_carries_its_marker(folder: str) -> None:
-    assert selected(folder, "") != [], f"{folder} has no tests?"
-    unmarked = selected(folder, f"not {FOLDERS[folder]}")
+def test_every_test_of_the_folder_carries_its_marker(folder: str, tmp_path: Path) -> None:
+    assert selected(folder, "", tmp_path / "all") != [], f"{folder} has no tests?"
+    unmarked = selected(folder, f"not {FOLDERS[folder]}", tmp_path / "unmarked")
     assert unmarked == [], f"tests in {folder} without the {FOLDERS[folder]} marker: {unmarked}"
 
 
-def test_the_quick_lane_selects_no_browser_or_process_test() -> None:
-    quick = selected("tests", "not slow and not browser")
+def test_the_quick_lane_selects_no_browser_or_process_test(tmp_path: Path) -> None:
+    quick = selected("tests", "not slow and not browser", tmp_path / "quick")
     assert quick, "the quick lane selects nothing?"
     stray = [node for node in quick if node.startswith(tuple(f"{f}/" for f in FOLDERS))]
     assert stray == [], stray
@@ -75,7 +76,8 @@ def test_the_guard_fails_a_test_that_starts_a_process_unmarked(tmp_path: Path) -
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     env["PYTHONPATH"] = os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           "-c", os.devnull, "-o", "markers=slow: starts processes", "--rootdir", str(tmp_path),
+                           "--basetemp", str(tmp_path / "inner"), "-c", os.devnull,
+                           "-o", "markers=slow: starts processes", "--rootdir", str(tmp_path),
                            str(tmp_path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     out = done.stdout + done.stderr
