@@ -366,6 +366,9 @@ def sentinel_url(text: str, name: str = "PGBUS_REDIS_URL") -> SentinelURL:
         raise bad(f"is not a valid URL ({exc})") from None
     if parts.scheme.lower() != SENTINEL_SCHEME or parts.fragment:
         raise bad(f"must be a {SENTINEL_SCHEME}://host:port[,host:port...]/SERVICE[/DB] URL")
+    if "@" in text and "@" not in parts.netloc:
+        # The password holds a "/", "?" or "#": what follows it would be read as hosts, and shown.
+        raise bad("has an '@' past its hosts: write '/', '?', '#' or '@' in a password as %2F, %3F, %23 or %40")
     userinfo, at, hosts = parts.netloc.rpartition("@")
     username = password = None
     if at:
@@ -412,6 +415,7 @@ _RQ_SENTINEL_KEYS = ("INSTANCES", "MASTER_NAME", "DB", "USERNAME", "PASSWORD", "
 
 def _rq_sentinel_settings(name: str, value: Mapping[str, Any]) -> str:
     """RQ's ``SENTINEL = {"INSTANCES": [(host, port)], "MASTER_NAME": ..., "DB": ...}`` as a Sentinel URL."""
+    value = {key: item for key, item in value.items() if item is not None}  # RQ's template leaves keys empty
     unknown = sorted(str(key) for key in value if key not in _RQ_SENTINEL_KEYS)
     if unknown:
         raise ConfigError(name, f"as RQ's SENTINEL settings has keys it cannot use: {', '.join(unknown)}"

@@ -48,6 +48,9 @@ def test_a_sentinel_url_names_the_sentinels_the_service_and_the_database() -> No
         ("redis+sentinel://:S3CRET@h1/m/0?socket_timeout=soon", "bad socket_timeout 'soon'"),
         ("redis+sentinel://:S3CRET@h1/m/0?socket_timeout=0", "bad socket_timeout '0'"),
         ("redis+sentinel://:S3CRET@[::1/m/0", "not a valid URL"),
+        # a "/" in the password: the rest would be taken for the hosts (and shown)
+        ("redis+sentinel://:S3/CRET@h1/m/0", "write '/', '?', '#' or '@' in a password as %2F"),
+        ("redis+sentinel://:S3?CRET@h1/m/0", "write '/', '?', '#' or '@' in a password as %2F"),
         ("sentinel://:S3CRET@h1/m/0", "redis://, rediss:// or unix:// URL (or redis+sentinel://)"),
     ],
 )
@@ -71,6 +74,10 @@ def test_rq_s_sentinel_settings_become_a_sentinel_url() -> None:
     # RQ's defaults: localhost:26379, mymaster, database 0.
     assert parse_value("PGBUS_REDIS_URL", {}) == "redis+sentinel://localhost:26379/mymaster/0"
     assert sentinel_url(parse_value("PGBUS_REDIS_URL", {"USERNAME": "app"})).username == "app"
+    # RQ's template lists every key without a value: an empty one takes RQ's default.
+    assert parse_value("PGBUS_REDIS_URL", dict.fromkeys(["INSTANCES", "MASTER_NAME", "DB", "USERNAME", "PASSWORD",
+                                                         "SOCKET_TIMEOUT", "SENTINEL_KWARGS"])) == \
+        "redis+sentinel://localhost:26379/mymaster/0"
 
 
 @pytest.mark.parametrize(
