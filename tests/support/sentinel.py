@@ -151,6 +151,13 @@ class SentinelSet:
         proc.wait(10)
         return time.monotonic()
 
+    def fail_over(self) -> float:
+        """Ask a sentinel for a failover with the master alive (``SENTINEL FAILOVER``, as an operator
+        does before maintenance): the master becomes a replica of the promoted one, and its clients
+        get ReadOnlyError on writes, or an error ending their blocking reads. The moment asked."""
+        self._ask(self.sentinel_ports[0], "SENTINEL", "FAILOVER", SERVICE)
+        return time.monotonic()
+
     def wait_promoted(self, timeout: float = 60.0) -> float:
         """Wait until the sentinels name the replica as master and it says so itself; that moment."""
 
