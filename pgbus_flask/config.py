@@ -304,7 +304,7 @@ def _redis_url(name: str, value: Any) -> str:
     if isinstance(value, Mapping):
         return _rq_sentinel_settings(name, value)
     text = str(value)
-    if text[:17].lower() == SENTINEL_SCHEME + "://":
+    if is_sentinel_url(text):
         sentinel_url(text, name)  # raises ConfigError on a bad one
         return text
     shown = redact_url(text)
@@ -330,6 +330,11 @@ SENTINEL_PORT = 26379
 #: What the query of a Sentinel URL may hold: the sentinels' own credentials, and the sockets' timeout.
 SENTINEL_QUERY = ("sentinel_username", "sentinel_password", "socket_timeout")
 _SENTINEL_HOST = re.compile(r"^(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]/]+))(?::(?P<port>[^:]*))?$")
+
+
+def is_sentinel_url(url: str) -> bool:
+    """Whether ``url`` is a ``redis+sentinel://`` URL (whatever the case of its scheme)."""
+    return url[:len(SENTINEL_SCHEME) + 3].lower() == SENTINEL_SCHEME + "://"
 
 
 @dataclass(frozen=True)

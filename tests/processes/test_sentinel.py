@@ -87,6 +87,15 @@ def test_the_engine_follows_a_failover(sentinel_engine: Engine, sentinels: Senti
     assert client.get("pgbus-test:before") == b"1"
     assert len(failures) <= 3, failures
 
+    # close() closes the master's connections and the sentinels' (a client handed a pool leaves it open).
+    pool = client.connection_pool
+    sentinel_clients = pool.sentinel_manager.sentinels
+    assert any(c._sock is not None for c in pool._get_free_connections())
+    sentinel_engine.close()
+    assert all(c._sock is None for c in [*pool._get_free_connections(), *pool._get_in_use_connections()])
+    for sentinel_client in sentinel_clients:
+        assert all(c._sock is None for c in sentinel_client.connection_pool._get_free_connections())
+
 
 @pytest.mark.parametrize("how", ["master killed", "failover asked"])
 def test_500_runs_drain_through_a_failover(sentinel_engine: Engine, sentinels: SentinelSet, pg_url: str,
