@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from .errors import ConfigError
 
@@ -34,7 +34,8 @@ class Key:
 
 KEYS: tuple[Key, ...] = (
     Key("PGBUS_DATABASE_URL", None, "PostgreSQL URL holding all workflow state (postgresql://...)", "pg_url"),
-    Key("PGBUS_REDIS_URL", None, "Redis URL for RQ's queues (redis://, rediss:// or unix://)", "redis_url"),
+    Key("PGBUS_REDIS_URL", None, "Redis URL for RQ's queues (redis://, rediss:// or unix://), or Redis Sentinel's"
+        " (redis+sentinel://host:26379,host2:26379/SERVICE/DB, or RQ's SENTINEL dict)", "redis_url"),
     Key("PGBUS_QUEUE", "pgbus", "RQ queue for step jobs when neither the class nor the step names one", "name"),
     Key("PGBUS_DATABASE_POOLER", "session",
         "what PGBUS_DATABASE_URL points at: 'session' (PostgreSQL itself, or a session-mode pooler) or"
@@ -232,7 +233,7 @@ def keyword_values(kwargs: Mapping[str, Any]) -> dict[str, Any]:
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _KEYWORD_STRING = re.compile(r"\s*[A-Za-z_]+\s*=")  # libpq's "host=h password=pw"
 # password=, sslpassword=: in a URL's query up to "&", in a keyword string one (quoted) value.
-_QUERY_PASSWORD = re.compile(r"(?i)([?&](?:ssl)?password=)[^&#]*")
+_QUERY_PASSWORD = re.compile(r"(?i)([?&](?:ssl|sentinel_)?password=)[^&#]*")
 _KEYWORD_PASSWORD = re.compile(r"(?i)(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s'\"]+)")
 _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
 
@@ -300,20 +301,150 @@ def _pg_url(name: str, value: Any) -> str:
 
 
 def _redis_url(name: str, value: Any) -> str:
+    if isinstance(value, Mapping):
+        return _rq_sentinel_settings(name, value)
     text = str(value)
+    if is_sentinel_url(text):
+        sentinel_url(text, name)  # raises ConfigError on a bad one
+        return text
     shown = redact_url(text)
     try:
         parts = urlsplit(text)
     except ValueError as exc:
         raise ConfigError(name, f"is not a valid URL ({exc}): {shown!r}") from None
     if parts.scheme not in ("redis", "rediss", "unix") or not text.lower().startswith(parts.scheme + "://"):
-        raise ConfigError(name, f"must be a redis://, rediss:// or unix:// URL, got {shown!r}")
+        raise ConfigError(name, f"must be a redis://, rediss:// or unix:// URL (or {SENTINEL_SCHEME}://),"
+                                f" got {shown!r}")
     if parts.scheme != "unix" and not parts.hostname:
         raise ConfigError(name, f"has no host: {shown!r}")
     try:
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError:
         raise ConfigError(name, f"has a bad port: {shown!r}") from None
+    return text
+
+
+#: The scheme of a Redis Sentinel URL, as other clients (Celery's, Kombu's, redis-rs) spell it.
+SENTINEL_SCHEME = "redis+sentinel"
+SENTINEL_PORT = 26379
+#: What the query of a Sentinel URL may hold: the sentinels' own credentials, and the sockets' timeout.
+SENTINEL_QUERY = ("sentinel_username", "sentinel_password", "socket_timeout")
+_SENTINEL_HOST = re.compile(r"^(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]/]+))(?::(?P<port>[^:]*))?$")
+
+
+def is_sentinel_url(url: str) -> bool:
+    """Whether ``url`` is a ``redis+sentinel://`` URL (whatever the case of its scheme)."""
+    return url[:len(SENTINEL_SCHEME) + 3].lower() == SENTINEL_SCHEME + "://"
+
+
+@dataclass(frozen=True)
+class SentinelURL:
+    """A ``redis+sentinel://`` URL taken apart: where the sentinels are, which master to ask for.
+
+    ``redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/SERVICE[/DB][?query]``:
+    the sentinels (port 26379 unless given), the service name the sentinels monitor
+    (``sentinel monitor SERVICE ...``), the database number (0 unless given). The user and
+    password are the Redis master's (as in a redis:// URL); the query may give the sentinels'
+    own (``sentinel_username``, ``sentinel_password``) and ``socket_timeout`` in seconds.
+    """
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    sentinel_username: str | None = None
+    sentinel_password: str | None = None
+    socket_timeout: float | None = None
+
+
+def sentinel_url(text: str, name: str = "PGBUS_REDIS_URL") -> SentinelURL:
+    """``text``, a ``redis+sentinel://`` URL, taken apart; a ConfigError naming ``name`` says what is wrong."""
+    shown = redact_url(text)
+
+    def bad(problem: str) -> ConfigError:
+        return ConfigError(name, f"{problem}: {shown!r}")
+
+    try:
+        parts = urlsplit(text)
+    except ValueError as exc:
+        raise bad(f"is not a valid URL ({exc})") from None
+    if parts.scheme.lower() != SENTINEL_SCHEME or parts.fragment:
+        raise bad(f"must be a {SENTINEL_SCHEME}://host:port[,host:port...]/SERVICE[/DB] URL")
+    if "@" in text and "@" not in parts.netloc:
+        # The password holds a "/", "?" or "#": what follows it would be read as hosts, and shown.
+        raise bad("has an '@' past its hosts: write '/', '?', '#' or '@' in a password as %2F, %3F, %23 or %40")
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username, password = unquote(user) or None, (unquote(secret) if colon else None)
+    sentinels: list[tuple[str, int]] = []
+    for item in hosts.split(","):
+        found = _SENTINEL_HOST.match(item.strip())
+        if not found:
+            raise bad(f"has a bad sentinel address {item.strip()!r} (host or host:port, one per comma)")
+        port_text = found.group("port")
+        if port_text is not None and not (port_text.isdigit() and 0 < int(port_text) < 65536):
+            raise bad(f"has a bad port in {item.strip()!r}")
+        sentinels.append((found.group("ipv6") or found.group("host"), int(port_text or SENTINEL_PORT)))
+    path = [unquote(piece) for piece in parts.path.strip("/").split("/")] if parts.path.strip("/") else []
+    if not path or not path[0]:
+        raise bad("names no service: add the master's name the sentinels monitor, as in /mymaster/0")
+    if len(path) > 2:
+        raise bad("has too much path: it is /SERVICE or /SERVICE/DB")
+    db_text = path[1] if len(path) == 2 else "0"
+    if not db_text.isdigit():
+        raise bad(f"has a bad database number {db_text!r} (a whole number, as in /mymaster/0)")
+    query: dict[str, str] = {}
+    for key, item_value in parse_qsl(parts.query, keep_blank_values=True):
+        if key not in SENTINEL_QUERY:
+            raise bad(f"has an unknown query parameter {key!r} (known: {', '.join(SENTINEL_QUERY)})")
+        query[key] = item_value
+    timeout = None
+    if "socket_timeout" in query:
+        try:
+            timeout = float(query["socket_timeout"])
+        except ValueError:
+            timeout = -1.0
+        if not 0 < timeout < float("inf"):
+            raise bad(f"has a bad socket_timeout {query['socket_timeout']!r} (seconds, more than 0)")
+    return SentinelURL(tuple(sentinels), path[0], int(db_text), username, password,
+                       query.get("sentinel_username") or None, query.get("sentinel_password") or None, timeout)
+
+
+#: The keys of RQ's ``SENTINEL`` setting (rq.cli.helpers.get_redis_from_config) that a URL can say.
+_RQ_SENTINEL_KEYS = ("INSTANCES", "MASTER_NAME", "DB", "USERNAME", "PASSWORD", "SOCKET_TIMEOUT", "SSL",
+                     "SENTINEL_KWARGS")
+
+
+def _rq_sentinel_settings(name: str, value: Mapping[str, Any]) -> str:
+    """RQ's ``SENTINEL = {"INSTANCES": [(host, port)], "MASTER_NAME": ..., "DB": ...}`` as a Sentinel URL."""
+    value = {key: item for key, item in value.items() if item is not None}  # RQ's template leaves keys empty
+    unknown = sorted(str(key) for key in value if key not in _RQ_SENTINEL_KEYS)
+    if unknown:
+        raise ConfigError(name, f"as RQ's SENTINEL settings has keys it cannot use: {', '.join(unknown)}"
+                                f" (known: {', '.join(_RQ_SENTINEL_KEYS)})")
+    if value.get("SSL"):
+        raise ConfigError(name, "as RQ's SENTINEL settings: SSL is not supported with Sentinel")
+    extra = dict(value.get("SENTINEL_KWARGS") or {})
+    if not set(extra) <= {"username", "password"}:
+        raise ConfigError(name, "as RQ's SENTINEL settings: SENTINEL_KWARGS may hold only username and password")
+    try:
+        hosts = ",".join(f"[{host}]:{int(port)}" if ":" in str(host) else f"{host}:{int(port)}"
+                         for host, port in value.get("INSTANCES", [("localhost", SENTINEL_PORT)]))
+    except (TypeError, ValueError):
+        raise ConfigError(name, "as RQ's SENTINEL settings: INSTANCES must be a list of (host, port)") from None
+    user, password = value.get("USERNAME"), value.get("PASSWORD")
+    auth = f"{quote(str(user or ''), safe='')}:{quote(str(password), safe='')}@" if password is not None else (
+        f"{quote(str(user), safe='')}@" if user else "")
+    query = {"sentinel_username": extra.get("username"), "sentinel_password": extra.get("password"),
+             "socket_timeout": value.get("SOCKET_TIMEOUT")}
+    text = (f"{SENTINEL_SCHEME}://{auth}{hosts}/{quote(str(value.get('MASTER_NAME', 'mymaster')), safe='')}"
+            f"/{value.get('DB', 0)}")
+    given = "&".join(f"{key}={quote(str(item), safe='')}" for key, item in query.items() if item is not None)
+    text += f"?{given}" if given else ""
+    sentinel_url(text, name)
     return text
 
 

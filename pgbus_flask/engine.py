@@ -20,11 +20,12 @@ from typing import Any
 from flask import current_app
 from redis import Redis
 from redis.client import Pipeline
+from redis.sentinel import Sentinel, SentinelConnectionPool
 from rq import Queue
 from rq.job import Job, JobStatus
 
 from . import states
-from .config import Settings
+from .config import SentinelURL, Settings, is_sentinel_url, sentinel_url
 from .db import Database
 from .definition import registry
 from .errors import ConfigError, PgbusError
@@ -44,6 +45,27 @@ FAILURE_TTL = 7 * 24 * 3600
 _default: Engine | None = None
 # Held while an engine is built from the environment, so concurrent jobs build one.
 _default_lock = threading.Lock()
+
+
+def sentinel_master(where: SentinelURL) -> Redis:
+    """A client of the master the sentinels name for ``where.service``, following failovers.
+
+    redis-py's SentinelConnectionPool asks the sentinels for the master's address on every new
+    connection; a connection to a master that went away (or became a replica: ReadOnlyError)
+    raises ConnectionError and is dropped, so the next command reconnects to whichever master
+    the sentinels name by then. The timeouts are those of a plain redis:// URL unless the URL's
+    ``socket_timeout`` says otherwise; a question to a sentinel waits 5 s at most, then the next
+    sentinel is asked.
+    """
+    timeout = where.socket_timeout or 30.0
+    sentinel_kwargs: dict[str, Any] = {"socket_connect_timeout": min(timeout, 5.0), "socket_timeout": min(timeout, 5.0)}
+    if where.sentinel_username:
+        sentinel_kwargs["username"] = where.sentinel_username
+    if where.sentinel_password:
+        sentinel_kwargs["password"] = where.sentinel_password
+    sentinel = Sentinel(list(where.sentinels), sentinel_kwargs=sentinel_kwargs, socket_connect_timeout=5,
+                        socket_timeout=timeout, health_check_interval=30)
+    return sentinel.master_for(where.service, db=where.db, username=where.username, password=where.password)
 
 
 class Engine:
@@ -66,7 +88,11 @@ class Engine:
         if self._redis is None:
             url = self.settings.redis_url
             assert url is not None
-            self._redis = Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30, health_check_interval=30)
+            if is_sentinel_url(url):
+                self._redis = sentinel_master(sentinel_url(url))
+            else:
+                self._redis = Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30,
+                                             health_check_interval=30)
         return self._redis
 
     def queue(self, name: str) -> Queue:
@@ -88,6 +114,11 @@ class Engine:
         self.db.close()
         if self._redis is not None:
             self._redis.close()
+            pool = self._redis.connection_pool
+            if isinstance(pool, SentinelConnectionPool):  # given to the client, so close() left it open
+                pool.disconnect()
+                for sentinel in pool.sentinel_manager.sentinels:
+                    sentinel.close()
             self._redis = None
 
     def make_default(self) -> Engine:

@@ -126,20 +126,54 @@ def set_up(app_spec: str | None, worker_class: str | None) -> tuple[Any, Engine,
 def work(engine: Engine, worker_type: Any, queues: list[str], *, name: str | None, burst: bool,
          with_scheduler: bool, log_level: str) -> None:
     """Run RQ workers on ``queues`` until asked to stop (or, with ``burst``, until they are empty)."""
+
+    def make() -> Any:
+        return worker_type([engine.queue(queue) for queue in queues], connection=engine.redis, name=name)
+
     delay = 1.0
+    worker = make()  # Redis unreachable at start-up: the command fails
     while True:
-        worker = worker_type([engine.queue(queue) for queue in queues], connection=engine.redis, name=name)
         try:
             worker.work(burst=burst, with_scheduler=with_scheduler, logging_level=log_level)
         except redis.exceptions.ConnectionError as exc:
             log.error("pgbus-worker: Redis is unreachable (%s)", exc)
         # RQ marks a SIGTERM/SIGINT with a shutdown date (_stop_requested only when busy).
-        if burst or worker._stop_requested or getattr(worker, "_shutdown_requested_date", None):
+        if burst or stopping(worker):
             return
-        # RQ's loop quits when Redis goes away: start again once it is back.
+        # RQ's loop quits when Redis goes away: start again once it is back (a new worker
+        # talks to Redis as it is made, so that too waits and tries again).
         log.warning("pgbus-worker: the worker stopped unexpectedly; starting again in %.0fs", delay)
-        time.sleep(delay)
-        delay = min(delay * 2, 30.0)
+        while True:
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
+            if stopping(worker):
+                return
+            forget(worker)
+            try:
+                worker = make()
+                break
+            except redis.exceptions.ConnectionError as exc:
+                log.error("pgbus-worker: Redis is unreachable (%s); trying again in %.0fs", exc, delay)
+
+
+def stopping(worker: Any) -> bool:
+    """Whether ``worker`` was asked to stop (SIGTERM, SIGINT)."""
+    return bool(worker._stop_requested or getattr(worker, "_shutdown_requested_date", None))
+
+
+def forget(worker: Any) -> None:
+    """Mark ``worker`` dead in Redis before a worker of the same name starts again.
+
+    A worker that lost Redis could not say it stopped; where its registration outlived the
+    outage (a Sentinel failover promotes a replica that holds a copy of it, a network blip
+    keeps it), RQ would refuse to start a worker of the same ``--name``: "There exists an active
+    worker named ... already". Redis still down: nothing to do yet, the next start will fail
+    on the connection again and come back here.
+    """
+    try:
+        worker.register_death()
+    except redis.exceptions.RedisError as exc:
+        log.info("pgbus-worker: could not mark the stopped worker dead yet (%s)", exc)
 
 
 if __name__ == "__main__":
