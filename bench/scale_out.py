@@ -24,10 +24,21 @@ from bench.pgbus_runs import pgbus_live
 from bench.report import STEPS, Result, log
 
 
+def positive(text: str) -> int:
+    """A whole number of at least 1 (a phase with no worker, or no run, would measure nothing)."""
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8], help="worker counts (1 2 4 8)")
-    parser.add_argument("--runs", type=int, default=1000, help="runs of 5 no-op steps per worker count (1000)")
+    parser.add_argument("--workers", type=positive, nargs="+", default=[1, 2, 4, 8], help="worker counts (1 2 4 8)")
+    parser.add_argument("--runs", type=positive, default=1000, help="runs of 5 no-op steps per worker count (1000)")
     parser.add_argument("--server-url", default=DEFAULT_SERVER, help="a PostgreSQL URL (its database is not used)")
     parser.add_argument("--redis-url", default=DEFAULT_REDIS, help="a Redis database of the benchmark's own (flushed)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds each phase may take at most")
