@@ -41,7 +41,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, create_database, drop_database, ms
+from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, bulk_load, create_database, drop_database, ms
 
 DB_PREFIX = "pgbus_bench_sweep"
 SLOW = 0.050  # a dashboard read slower than this (median) gets its plan printed
@@ -197,8 +197,7 @@ def seed(server_url: str, n: int, name: str | None = None) -> str:
     url = create_database(server_url, name)
     t = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
-        with conn.transaction():
-            conn.execute(SEED.replace("%(n)s", str(int(n))).encode())
+        bulk_load(conn, SEED.replace("%(n)s", str(int(n))).encode())
         # The rows went in without the runner: give them the attention columns and counts it keeps.
         attention.rebuild(conn)
         conn.execute("VACUUM ANALYZE")
