@@ -45,9 +45,9 @@ def create_database(server_url: str, name: str, *, migrate: bool = True, templat
     return url
 
 
-def bulk_load(conn: psycopg.Connection[Any], statements: bytes) -> None:
-    """Run seed ``statements`` the way a bulk load goes fast: the indexes that back no constraint
-    dropped first and built again after (one sorted build each instead of millions of random
+def bulk_load(conn: psycopg.Connection[Any], chunks: Sequence[bytes]) -> None:
+    """Run seed ``chunks`` (each in its own transaction) the way a bulk load goes fast: the indexes
+    that back no constraint dropped first and built again after (one sorted build each instead of millions of random
     inserts), and triggers and foreign-key checks off while they run (``session_replication_role``:
     the seed's rows are consistent by construction; the caller rebuilds what the triggers keep)."""
     indexes = conn.execute(
@@ -58,8 +58,10 @@ def bulk_load(conn: psycopg.Connection[Any], statements: bytes) -> None:
     with conn.transaction():
         for name, _ in indexes:
             conn.execute(f"DROP INDEX {name}")
-        conn.execute("SET LOCAL session_replication_role = replica")
-        conn.execute(statements)
+    for chunk in chunks:
+        with conn.transaction():
+            conn.execute("SET LOCAL session_replication_role = replica")
+            conn.execute(chunk)
     conn.execute("SET maintenance_work_mem = '1GB'")
     for _, definition in indexes:
         conn.execute(definition.encode())
