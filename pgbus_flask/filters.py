@@ -99,7 +99,7 @@ def _in_group(reason: str) -> str:
 def _counted(reason: str) -> str:
     """``c.runs``: how many runs of group ``g`` are due, counted up to ``%(cap)s`` + 1."""
     return (f"CROSS JOIN LATERAL (SELECT count(*) AS runs FROM (SELECT 1 FROM pgbus_workflows w"
-            f" WHERE {_in_group(reason)} LIMIT %(cap)s + 1) x) c")
+            f" WHERE {_in_group(reason)} ORDER BY w.attention_since LIMIT %(cap)s + 1) x) c")
 
 
 def _with(ctes: Sequence[str]) -> str:
@@ -156,7 +156,8 @@ def due_ids(reason: str, by_class: bool, by_step: bool, by_error: bool) -> sql.C
     where = " WHERE " + " AND ".join(conditions) if conditions else ""
     return sql.SQL(_with([due_scan(reason, by_class)]) + f"""
         SELECT x.id FROM due_{_due(reason)} g CROSS JOIN LATERAL (
-            SELECT w.id FROM pgbus_workflows w WHERE {_in_group(reason)} LIMIT %(cap)s + 1) x{where}
+            SELECT w.id FROM pgbus_workflows w WHERE {_in_group(reason)}
+            ORDER BY w.attention_since LIMIT %(cap)s + 1) x{where}
         LIMIT %(cap)s + 1""")
 
 

@@ -5,10 +5,12 @@
 -- index leads with the attention group (reason, class, step, error class), then attention_since and id:
 -- the groups are found by a skip scan (one probe a group), and each group's overdue runs are one range
 -- in the order the page wants them (oldest first), so a read counts at most PGBUS's cap of them
--- (queries.COUNT_CAP) and reads its first and newest as the two ends of that range. It replaces the old
--- index (no read needs it any more), so a transition still updates one due index.
+-- (queries.COUNT_CAP) and reads its first and newest as the two ends of that range. The error class itself
+-- is included so that those counts are index-only scans (PostgreSQL's planner wants every column a query
+-- names in the index, the one inside COALESCE too). It replaces the old index (no read needs it any
+-- more), so a transition still updates one due index.
 CREATE INDEX pgbus_workflows_attention_due_groups
     ON pgbus_workflows (attention_reason, workflow_class, current_step, (COALESCE(attention_error_class, '')),
-                        attention_since, id)
+                        attention_since, id) INCLUDE (attention_error_class)
     WHERE attention_reason IN ('overdue', 'waiting_overdue');
 DROP INDEX pgbus_workflows_attention_due;
