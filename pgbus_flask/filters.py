@@ -169,6 +169,14 @@ def due_walk(reason: str) -> sql.Composable:
                    f" AND w.attention_since < {CUTOFF[reason]}")
 
 
+def due_window(reason: str, before: bool) -> sql.Composable:
+    """The id of the run of ``reason`` (due or not) ``%(offset)s`` places below the newest one (under
+    ``%(before)s`` when ``before``), or no row: an index-only range of pgbus_workflows_attention."""
+    below = " AND w.id < %(before)s" if before else ""
+    return sql.SQL(f"SELECT w.id FROM pgbus_workflows w WHERE w.attention_reason = '{_due(reason)}'{below}"
+                   " ORDER BY w.id DESC OFFSET %(offset)s LIMIT 1")
+
+
 def attention_groups(due_reasons: Sequence[str], by_class: bool) -> sql.Composable:
     """The attention groups, the biggest first, at most ``%(limit)s``; of class ``%(cls)s`` when
     ``by_class``. Paused groups are counted in ``pgbus_run_counts`` and their first and newest runs are
@@ -274,6 +282,8 @@ TEXT_WINDOW = sql.SQL("w.id >= %(text_window)s")
 BEFORE = sql.SQL("w.id < %(before)s")
 #: The runs list of a due reason when at most the cap are due: those runs (read by :func:`due_ids`).
 DUE_IDS = sql.SQL("w.id = ANY(%(due_ids)s)")
+#: ... and when more are due, the runs of the reason it walks: those at or above ``%(due_window)s``.
+DUE_WINDOW = sql.SQL("w.id >= %(due_window)s")
 ANY_OF = sql.SQL(" OR ")
 
 

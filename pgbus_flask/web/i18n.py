@@ -132,7 +132,7 @@ def number(value: int | float) -> str:
 
 def counted(value: int, capped: bool = False) -> str:
     """A count of runs as a page shows it; a capped one (a lower bound: :data:`pgbus_flask.queries.COUNT_CAP`)
-    as "10,000+", marked ``data-capped`` and with a title that says counting stopped there."""
+    as "1,000+", marked ``data-capped`` and with a title that says counting stopped there."""
     shown = number(value)
     if not capped:
         return shown

@@ -101,6 +101,12 @@ def test_the_runs_list_of_a_due_reason_is_the_same_past_the_cap(engine: Engine,
         assert run_ids(engine, f) == expected  # at most the cap due: read from the groups' ranges
         monkeypatch.setattr(queries, "COUNT_CAP", 3)  # more than the cap due: the reason's runs, newest first
         assert run_ids(engine, f) == expected
+        # ... reading at most DUE_WINDOW of them a page: the first reads only the two not due yet (the newest),
+        # shows none, and its cursor goes on below them
+        monkeypatch.setattr(queries, "DUE_WINDOW", 2)
+        rows, cursor = queries.list_runs(engine, f)
+        assert rows == [] and cursor is not None
+        assert run_ids(engine, f) == expected
         monkeypatch.undo()
     assert not {r.workflow_id for r in not_yet} & set(expected)
     assert run_ids(engine, queries.RunFilter(reason="overdue")) == []
@@ -140,8 +146,8 @@ def test_a_due_read_reads_at_most_the_cap_of_each_group(engine: Engine) -> None:
     params = queries._base(engine, None, None, 100)
     assert queries.stuck_reason_counts(engine, cap=100) == {("Seeded0", "waiting_overdue"): 100,
                                                            ("Seeded1", "waiting_overdue"): 100}
-    assert queries.stuck_reason_counts(engine) == {("Seeded0", "waiting_overdue"): 1500,
-                                                   ("Seeded1", "waiting_overdue"): 1500}
+    assert queries.stuck_reason_counts(engine, cap=1500) == {("Seeded0", "waiting_overdue"): 1500,
+                                                             ("Seeded1", "waiting_overdue"): 1500}
     reasons = ("overdue", "waiting_overdue")
     for name, query in (("stuck counts", filters.stuck_counts(reasons, by_class=False)),
                         ("stats", filters.stats(reasons)),
