@@ -74,9 +74,13 @@ def _due(reason: str) -> str:
 
 def due_scan(reason: str, by_class: bool) -> str:
     """The CTE ``due_<reason>`` (workflow_class, step_name, error: "" for none): the groups that have runs
-    with this reason (due or not yet), one index probe each; of class ``%(cls)s`` when ``by_class``."""
+    with this reason (due or not yet), one index probe each; of class ``%(cls)s`` when ``by_class`` (the
+    class is then fixed in the index's range, so that the last probe stops at the class's end)."""
     reason = _due(reason)
-    cls = " AND w.workflow_class = %(cls)s" if by_class else ""
+    if by_class:
+        cls, key, prev = " AND w.workflow_class = %(cls)s", f"w.current_step, {_ERROR}", "g.step_name, g.error"
+    else:
+        cls, key, prev = "", f"w.workflow_class, w.current_step, {_ERROR}", "g.workflow_class, g.step_name, g.error"
     return f"""due_{reason}(workflow_class, step_name, error) AS (
             (SELECT w.workflow_class, w.current_step, {_ERROR} FROM pgbus_workflows w
              WHERE w.attention_reason = '{reason}'{cls}
@@ -84,8 +88,7 @@ def due_scan(reason: str, by_class: bool) -> str:
             UNION ALL
             SELECT n.* FROM due_{reason} g CROSS JOIN LATERAL (
                 SELECT w.workflow_class, w.current_step, {_ERROR} FROM pgbus_workflows w
-                WHERE w.attention_reason = '{reason}'{cls}
-                  AND (w.workflow_class, w.current_step, {_ERROR}) > (g.workflow_class, g.step_name, g.error)
+                WHERE w.attention_reason = '{reason}'{cls} AND ({key}) > ({prev})
                 ORDER BY w.workflow_class, w.current_step, {_ERROR} LIMIT 1) n
         )"""
 
