@@ -17,10 +17,13 @@ requests, and its p50 / p95 / size are printed: the overview, the runs list
 with each filter and its second page, needs attention, one group's ids, a run
 page (a seeded paused run, the big run, the run with long lists and an older page of
 its signals), a batch page (a seeded one, and the 5,000 children). Then the sweep with
-nothing to do (``sweep.sweep(engine)``), and, as a reference, the stuck reads
-with a 5-minute waiting threshold (every waiting run is then overdue, on a
-signal or, since migration 0007, on a batch: 40% of the ongoing runs need a
-person). Its database is dropped at the end unless ``--keep``. Timings are printed, never asserted.
+nothing to do (``sweep.sweep(engine)``). Then the pages that count or list
+overdue runs (the overview, needs attention, the runs list of waiting_overdue,
+their JSON, a /metrics scrape) from a second app whose waiting threshold is 5
+minutes, so that every waiting run is overdue (on a signal or, since migration
+0007, on a batch: 40% of the ongoing runs need a person), and the reads behind
+them (stuck_reason_counts, attention_groups, stats, oldest_overdue,
+list_runs). Its database is dropped at the end unless ``--keep``. Timings are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -407,23 +410,56 @@ def measure(args: argparse.Namespace, url: str) -> list[Figure]:
         figures.append(figure)
         print(f"  {name:<44}{figure.p50 * 1000:>9.1f}{figure.p95 * 1000:>9.1f} ms", flush=True)
 
-    # Reference: the stuck reads when every waiting run is overdue (on a signal or, since 0007, a batch).
-    from pgbus_flask.config import Settings
-    from pgbus_flask.engine import Engine
-
-    overdue = Engine(Settings.load({"PGBUS_DATABASE_URL": url, "PGBUS_REDIS_URL": args.redis_url,
-                                    "PGBUS_WAITING_THRESHOLD": 300}))
+    # Every waiting run overdue: an app whose waiting threshold is 5 minutes (the seed's runs have waited 10),
+    # so that 40% of the ongoing runs need a person (on a signal or, since 0007, a batch). Its pages, then
+    # the reads behind them.
+    overdue_app = Flask("bench_pages_overdue")
+    overdue_app.config.update(TESTING=True, SECRET_KEY="bench", PGBUS_DATABASE_URL=url,
+                              PGBUS_REDIS_URL=args.redis_url, PGBUS_IMPORT="tests.workflows",
+                              PGBUS_WAITING_THRESHOLD=300, PGBUS_STALL_THRESHOLD=86400, PGBUS_METRICS=True,
+                              PGBUS_METRICS_TOKEN="bench-token-0123456789")
+    PgBus(overdue_app)
+    overdue = overdue_app.extensions["pgbus"]
+    overdue_client = overdue_app.test_client()
+    waiting = max((g for g in queries.attention_groups(overdue) if g.reason == "waiting_overdue"),
+                  key=lambda g: g.count, default=None)
+    waiting_query = (f"workflow_class={waiting.workflow_class}&reason=waiting_overdue&step={waiting.step_name}"
+                     f"&error_class={waiting.error_class or ''}" if waiting else "reason=waiting_overdue")
+    second = overdue_client.get("/pgbus/api/runs?reason=waiting_overdue").get_json().get("next_before")
+    overdue_pages: list[tuple[str, str | tuple[str, dict[str, str]]]] = [
+        ("40% overdue: overview", "/pgbus/"),
+        ("40% overdue: api overview", "/pgbus/api/overview"),
+        ("40% overdue: attention", "/pgbus/attention"),
+        ("40% overdue: api attention", "/pgbus/api/attention"),
+        ("40% overdue: attention, one class", "/pgbus/attention?workflow_class=ThreeSteps"),
+        ("40% overdue: runs, reason waiting_overdue", "/pgbus/runs?reason=waiting_overdue"),
+        ("40% overdue: runs, waiting_overdue, 2nd page", f"/pgbus/runs?reason=waiting_overdue&before={second}"),
+        ("40% overdue: runs, one waiting_overdue group", f"/pgbus/runs?{waiting_query}"),
+        ("40% overdue: api runs, reason waiting_overdue", "/pgbus/api/runs?reason=waiting_overdue"),
+        ("40% overdue: runs, reason overdue (none)", "/pgbus/runs?reason=overdue"),
+        ("40% overdue: metrics scrape", ("/pgbus/metrics", {"Authorization": "Bearer bench-token-0123456789"})),
+    ]
+    if args.only:
+        overdue_pages = [p for p in overdue_pages if any(word in p[0] for word in args.only.split(","))]
     references: list[tuple[str, Callable[[], Any]]] = [
         ("stuck_reason_counts, 40% waiting_overdue", lambda: queries.stuck_reason_counts(overdue)),
         ("attention_groups, 40% waiting_overdue", lambda: queries.attention_groups(overdue)),
+        ("stats (host app's card), 40% waiting_overdue", lambda: queries.stats(overdue)),
+        ("oldest_overdue, 40% waiting_overdue", lambda: queries.oldest_overdue(overdue)),
         ("list_runs(reason=waiting_overdue), 40%", lambda: queries.list_runs(
             overdue, queries.RunFilter(reason="waiting_overdue"))),
     ]
     if args.only:
         references = [r for r in references if any(word in r[0] for word in args.only.split(","))]
     try:
+        for name, path in overdue_pages:
+            address, headers = path if isinstance(path, tuple) else (path, {})
+            figure = timed(name, lambda a=address, h=headers: overdue_client.get(a, headers=h), args.repeat)
+            figures.append(figure)
+            print(f"  {name:<44}{figure.p50 * 1000:>9.1f}{figure.p95 * 1000:>9.1f} ms"
+                  f"{figure.status:>6}{(figure.size or 0) / 1024:>10.1f} KiB", flush=True)
         for name, fn in references:
-            figure = timed(name, fn, max(3, args.repeat // 4))
+            figure = timed(name, fn, args.repeat)
             figures.append(figure)
             print(f"  {name:<44}{figure.p50 * 1000:>9.1f}{figure.p95 * 1000:>9.1f} ms", flush=True)
     finally:

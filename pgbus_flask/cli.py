@@ -252,7 +252,8 @@ def attention_cmd(workflow_class: str | None) -> None:
     """Stuck runs grouped by class, step, reason and error, biggest first."""
     groups = queries.attention_groups(_engine(), workflow_class)
     for g in groups:
-        line = terminal_safe(f"{g.count:>6}  {g.workflow_class}  {g.step_name}  {g.reason}  {g.error_class or '-'}"
+        count = f"{g.count}+" if g.capped else str(g.count)  # +: at least (counted up to queries.COUNT_CAP)
+        line = terminal_safe(f"{count:>6}  {g.workflow_class}  {g.step_name}  {g.reason}  {g.error_class or '-'}"
                              f"  last {g.last_seen_at:%Y-%m-%d %H:%M}  {g.error_message or ''}")
         click.echo(line[:200])
     if not groups:

@@ -53,75 +53,176 @@ def stuck_for(reason: str, due_reasons: Sequence[str]) -> sql.Composable:
 
 
 # -- the stuck reads ----------------------------------------------------------------------------
+#
+# The due runs (overdue, waiting_overdue) are read through pgbus_workflows_attention_due_groups (migration
+# 0013): (reason, class, step, error class, attention_since, id). A recursive CTE finds each reason's groups
+# with one probe a group (a skip scan: the next group is the first entry above the last one), and in each
+# group the runs due are one range: counted up to ``%(cap)s`` + 1 (LIMIT), the oldest and newest at its ends.
+# What a read costs then grows with the groups and the cap, never with the runs overdue.
+
+#: The cutoff of each due reason: attention_since before it is due (``%(now)s``: None for now()).
+CUTOFF = {"overdue": "COALESCE(%(now)s::timestamptz, now()) - %(stall)s::interval",
+          "waiting_overdue": "COALESCE(%(now)s::timestamptz, now()) - %(waiting)s::interval"}
+_ERROR = "COALESCE(w.attention_error_class, '')"
+
+
+def _due(reason: str) -> str:
+    if reason not in CUTOFF:
+        raise ValueError(f"not a due reason: {reason!r}")
+    return reason
+
+
+def due_scan(reason: str, by_class: bool) -> str:
+    """The CTE ``due_<reason>`` (workflow_class, step_name, error: "" for none): the groups that have runs
+    with this reason (due or not yet), one index probe each; of class ``%(cls)s`` when ``by_class`` (the
+    class is then fixed in the index's range, so that the last probe stops at the class's end)."""
+    reason = _due(reason)
+    if by_class:
+        cls, key, prev = " AND w.workflow_class = %(cls)s", f"w.current_step, {_ERROR}", "g.step_name, g.error"
+    else:
+        cls, key, prev = "", f"w.workflow_class, w.current_step, {_ERROR}", "g.workflow_class, g.step_name, g.error"
+    return f"""due_{reason}(workflow_class, step_name, error) AS (
+            (SELECT w.workflow_class, w.current_step, {_ERROR} FROM pgbus_workflows w
+             WHERE w.attention_reason = '{reason}'{cls}
+             ORDER BY w.workflow_class, w.current_step, {_ERROR} LIMIT 1)
+            UNION ALL
+            SELECT n.* FROM due_{reason} g CROSS JOIN LATERAL (
+                SELECT w.workflow_class, w.current_step, {_ERROR} FROM pgbus_workflows w
+                WHERE w.attention_reason = '{reason}'{cls} AND ({key}) > ({prev})
+                ORDER BY w.workflow_class, w.current_step, {_ERROR} LIMIT 1) n
+        )"""
+
+
+def _in_group(reason: str) -> str:
+    """The runs of group ``g`` (a row of ``due_<reason>``) due now: one range of the index."""
+    return (f"w.attention_reason = '{_due(reason)}' AND w.workflow_class = g.workflow_class"
+            f" AND w.current_step = g.step_name AND {_ERROR} = g.error AND w.attention_since < {CUTOFF[reason]}")
+
+
+def _counted(reason: str) -> str:
+    """``c.runs``: how many runs of group ``g`` are due, counted up to ``%(cap)s`` + 1."""
+    return (f"CROSS JOIN LATERAL (SELECT count(*) AS runs FROM (SELECT 1 FROM pgbus_workflows w"
+            f" WHERE {_in_group(reason)} ORDER BY w.attention_since LIMIT %(cap)s + 1) x) c")
+
+
+def _with(ctes: Sequence[str]) -> str:
+    return "WITH RECURSIVE " + ",\n        ".join(ctes)
 
 
 def stuck_counts(due_reasons: Sequence[str], by_class: bool) -> sql.Composable:
-    """(workflow_class, reason, runs) of ongoing runs that need a person: the paused ones from
-    ``pgbus_run_counts``, the due ones from their index range; of class ``%(cls)s`` when ``by_class``."""
+    """(workflow_class, reason, runs, capped) of ongoing runs that need a person: the paused ones from
+    ``pgbus_run_counts``, the due ones counted up to ``%(cap)s`` a group (``capped``: some group had more,
+    ``runs`` is then a lower bound); of class ``%(cls)s`` when ``by_class``."""
     cls = COUNTS_OF_CLASS if by_class else NOTHING
-    parts = [sql.SQL("""SELECT workflow_class, attention_reason AS reason, sum(runs) AS runs FROM pgbus_run_counts
+    parts: list[sql.Composable] = [sql.SQL("""
+                 SELECT workflow_class, attention_reason AS reason, sum(runs) AS runs, FALSE AS capped
+                 FROM pgbus_run_counts
                  WHERE status = 'paused' AND attention_reason <> ''{cls} GROUP BY 1, 2 HAVING sum(runs) <> 0"""
                      ).format(cls=cls)]
-    parts += [sql.SQL("SELECT w.workflow_class, {reason}, count(*) FROM pgbus_workflows w WHERE {due}{cls}"
-                      " GROUP BY 1").format(reason=sql.Literal(reason), due=DUE[reason], cls=cls)
+    parts += [sql.SQL(f"SELECT g.workflow_class, '{reason}', sum(LEAST(c.runs, %(cap)s)), bool_or(c.runs > %(cap)s)"
+                      f" FROM due_{reason} g {_counted(reason)} GROUP BY 1 HAVING sum(c.runs) > 0")
               for reason in due_reasons]
-    return sql.SQL("\nUNION ALL\n").join(parts)
+    return sql.SQL(_with([due_scan(r, by_class) for r in due_reasons]) + "\n") + sql.SQL("\nUNION ALL\n").join(parts)
 
 
 def stats(due_reasons: Sequence[str]) -> sql.Composable:
-    """(ongoing, paused, attention): the counts table, and the index ranges of the due reasons."""
-    due = sql.SQL("").join(sql.SQL(" + (SELECT count(*) FROM pgbus_workflows w WHERE {})").format(DUE[reason])
-                           for reason in due_reasons)
-    return sql.SQL("""
+    """(ongoing, paused, attention, capped): the counts table, and the due runs counted up to ``%(cap)s`` a
+    group (``capped``: some group had more, ``attention`` is then a lower bound)."""
+    due = " UNION ALL ".join(f"SELECT LEAST(c.runs, %(cap)s) AS runs, c.runs > %(cap)s AS capped"
+                             f" FROM due_{reason} g {_counted(reason)}" for reason in due_reasons)
+    return sql.SQL(_with([due_scan(r, False) for r in due_reasons]) + """,
+        due(runs, capped) AS (""" + due + """)
         SELECT COALESCE(sum(runs) FILTER (WHERE status IN {ongoing}), 0) AS ongoing,
                COALESCE(sum(runs) FILTER (WHERE status = 'paused'), 0) AS paused,
-               COALESCE(sum(runs) FILTER (WHERE status = 'paused' AND attention_reason <> ''), 0){due} AS attention
-        FROM pgbus_run_counts""").format(ongoing=_values(states.ONGOING), due=due)
+               COALESCE(sum(runs) FILTER (WHERE status = 'paused' AND attention_reason <> ''), 0)
+               + (SELECT COALESCE(sum(runs), 0) FROM due) AS attention,
+               COALESCE((SELECT bool_or(capped) FROM due), FALSE) AS capped
+        FROM pgbus_run_counts""").format(ongoing=_values(states.ONGOING))
+
+
+def oldest_overdue(by_class: bool = False) -> sql.Composable:
+    """(workflow_class, seconds): how long ago the oldest overdue step of each class was due, from the
+    first due run of each overdue group (one probe a group)."""
+    return sql.SQL(_with([due_scan("overdue", by_class)]) + f"""
+        SELECT g.workflow_class, extract(epoch FROM COALESCE(%(now)s::timestamptz, now()) - min(o.since)) AS seconds
+        FROM due_overdue g CROSS JOIN LATERAL (
+            SELECT w.attention_since AS since FROM pgbus_workflows w WHERE {_in_group("overdue")}
+            ORDER BY w.attention_since, w.id LIMIT 1) o
+        GROUP BY 1""")
+
+
+def due_ids(reason: str, by_class: bool, by_step: bool, by_error: bool) -> sql.Composable:
+    """Ids of the runs due for ``reason``, at most ``%(cap)s`` + 1 of them (the runs list reads a page
+    from them when they are at most the cap); of class ``%(cls)s`` when ``by_class``, of step ``%(step)s``
+    when ``by_step``, of error class ``%(error_class)s`` ("" for none) when ``by_error``."""
+    conditions = (["g.step_name = %(step)s"] if by_step else []) + (["g.error = %(error_class)s"] if by_error else [])
+    where = " WHERE " + " AND ".join(conditions) if conditions else ""
+    return sql.SQL(_with([due_scan(reason, by_class)]) + f"""
+        SELECT x.id FROM due_{_due(reason)} g CROSS JOIN LATERAL (
+            SELECT w.id FROM pgbus_workflows w WHERE {_in_group(reason)}
+            ORDER BY w.attention_since LIMIT %(cap)s + 1) x{where}
+        LIMIT %(cap)s + 1""")
+
+
+def due_walk(reason: str) -> sql.Composable:
+    """The runs list's condition for ``reason`` when more than the cap are due: the runs of that reason
+    newest first from pgbus_workflows_attention (reason, id), the ones not due yet skipped (the reason is
+    fixed by a range so that it leads the order, :func:`same`)."""
+    return sql.SQL(f"w.attention_reason BETWEEN '{_due(reason)}' AND '{reason}'"
+                   f" AND w.attention_since < {CUTOFF[reason]}")
+
+
+def due_window(reason: str, before: bool) -> sql.Composable:
+    """The id of the run of ``reason`` (due or not) ``%(offset)s`` places below the newest one (under
+    ``%(before)s`` when ``before``), or no row: an index-only range of pgbus_workflows_attention."""
+    below = " AND w.id < %(before)s" if before else ""
+    return sql.SQL(f"SELECT w.id FROM pgbus_workflows w WHERE w.attention_reason = '{_due(reason)}'{below}"
+                   " ORDER BY w.id DESC OFFSET %(offset)s LIMIT 1")
 
 
 def attention_groups(due_reasons: Sequence[str], by_class: bool) -> sql.Composable:
     """The attention groups, the biggest first, at most ``%(limit)s``; of class ``%(cls)s`` when
     ``by_class``. Paused groups are counted in ``pgbus_run_counts`` and their first and newest runs are
-    two probes of ``pgbus_workflows_attention_paused``; the due ones are read from their index range."""
+    two probes of ``pgbus_workflows_attention_paused``; the due ones are found by a skip scan of
+    ``pgbus_workflows_attention_due_groups`` and counted up to ``%(cap)s`` (``capped``: more are due),
+    their first and newest due runs the two ends of their range."""
     same_group = sql.SQL("{} AND w.workflow_class = p.workflow_class AND w.current_step = p.step_name"
                          " AND w.attention_reason = p.reason"
                          " AND COALESCE(w.attention_error_class, '') = COALESCE(p.error_class, '')").format(PAUSED)
-    due = sql.SQL(" OR ").join(sql.SQL("({})").format(DUE[reason]) for reason in due_reasons)
-    return sql.SQL("""
-        WITH paused AS (
+    due = "".join(f"""
+            UNION ALL
+            SELECT g.workflow_class, g.step_name, '{reason}', NULLIF(g.error, ''), LEAST(c.runs, %(cap)s),
+                   c.runs > %(cap)s, oldest.since, newest.since, newest.step_id
+            FROM due_{reason} g {_counted(reason)}
+            CROSS JOIN LATERAL (SELECT w.attention_since AS since FROM pgbus_workflows w WHERE {_in_group(reason)}
+                                ORDER BY w.attention_since, w.id LIMIT 1) oldest
+            CROSS JOIN LATERAL (SELECT w.attention_since AS since, w.attention_step_id AS step_id
+                                FROM pgbus_workflows w WHERE {_in_group(reason)}
+                                ORDER BY w.attention_since DESC, w.id DESC LIMIT 1) newest""" for reason in due_reasons)
+    ctes = [due_scan(r, by_class) for r in due_reasons]
+    head = _with(ctes) + "," if ctes else "WITH"
+    return sql.SQL(head + """
+        paused AS (
             SELECT workflow_class, step AS step_name, attention_reason AS reason,
                    NULLIF(error_class, '') AS error_class, sum(runs) AS runs
             FROM pgbus_run_counts WHERE status = 'paused' AND attention_reason <> ''{cls_counts}
             GROUP BY 1, 2, 3, 4 HAVING sum(runs) > 0
         ), groups AS (
-            SELECT p.workflow_class, p.step_name, p.reason, p.error_class, p.runs,
+            SELECT p.workflow_class, p.step_name, p.reason, p.error_class, p.runs, FALSE AS capped,
                    oldest.since AS first_seen_at, newest.since AS last_seen_at, newest.step_id
             FROM paused p
             LEFT JOIN LATERAL (SELECT w.attention_since AS since FROM pgbus_workflows w WHERE {same_group}
                                ORDER BY w.attention_since, w.id LIMIT 1) oldest ON TRUE
             LEFT JOIN LATERAL (SELECT w.attention_since AS since, w.attention_step_id AS step_id
                                FROM pgbus_workflows w WHERE {same_group}
-                               ORDER BY w.attention_since DESC, w.id DESC LIMIT 1) newest ON TRUE
-            UNION ALL
-            SELECT d.*, newest.step_id FROM (
-                SELECT w.workflow_class, w.current_step, w.attention_reason, w.attention_error_class, count(*),
-                       min(w.attention_since), max(w.attention_since) AS last_seen
-                FROM pgbus_workflows w WHERE ({due}){cls}
-                GROUP BY 1, 2, 3, 4
-            ) d
-            LEFT JOIN LATERAL (SELECT w.attention_step_id AS step_id FROM pgbus_workflows w
-                               WHERE w.attention_reason = d.attention_reason AND w.attention_since = d.last_seen
-                                 AND w.workflow_class = d.workflow_class AND w.current_step = d.current_step
-                                 AND w.attention_error_class IS NOT DISTINCT FROM d.attention_error_class
-                               ORDER BY w.id DESC LIMIT 1) newest ON TRUE
+                               ORDER BY w.attention_since DESC, w.id DESC LIMIT 1) newest ON TRUE""" + due + """
         )
-        SELECT g.workflow_class, g.step_name, g.reason, g.error_class, g.runs, g.first_seen_at, g.last_seen_at,
-               s.error_message, s.error_code, s.error_params
+        SELECT g.workflow_class, g.step_name, g.reason, g.error_class, g.runs, g.capped, g.first_seen_at,
+               g.last_seen_at, s.error_message, s.error_code, s.error_params
         FROM groups g LEFT JOIN pgbus_workflow_steps s ON s.id = g.step_id
         ORDER BY g.runs DESC, g.last_seen_at DESC NULLS LAST, g.workflow_class, g.step_name
         LIMIT %(limit)s
-    """).format(cls_counts=COUNTS_OF_CLASS if by_class else NOTHING, cls=RUN_OF_CLASS if by_class else NOTHING,
-                same_group=same_group, due=due)
+    """).format(cls_counts=COUNTS_OF_CLASS if by_class else NOTHING, same_group=same_group)
 
 
 def attention_ids(reason: str, due_reasons: Sequence[str]) -> sql.Composable:
@@ -152,7 +253,7 @@ def index_order(workflow_class: str | None, status: str | None, step: str | None
     if reason in states.PAUSED_REASONS:
         return ["w.attention_reason"]
     if reason:
-        return []  # overdue, waiting_overdue: a range of pgbus_workflows_attention_due, then sorted
+        return []  # overdue, waiting_overdue: see queries.list_runs
     if workflow_class and status:
         return ["w.workflow_class", "w.status"]
     if workflow_class:
@@ -182,6 +283,10 @@ TEXT_IN_SUBJECT = sql.SQL("(w.subject_type || ' ' || w.subject_id) ILIKE %(text_
 TEXT_STARTS_ID = sql.SQL("w.workflow_id BETWEEN %(id_low)s AND %(id_high)s")
 TEXT_WINDOW = sql.SQL("w.id >= %(text_window)s")
 BEFORE = sql.SQL("w.id < %(before)s")
+#: The runs list of a due reason when at most the cap are due: those runs (read by :func:`due_ids`).
+DUE_IDS = sql.SQL("w.id = ANY(%(due_ids)s)")
+#: ... and when more are due, the runs of the reason it walks: those at or above ``%(due_window)s``.
+DUE_WINDOW = sql.SQL("w.id >= %(due_window)s")
 ANY_OF = sql.SQL(" OR ")
 
 

@@ -24,6 +24,14 @@ Row = dict[str, Any]
 
 GROUP_LIMIT = 200
 IDS_LIMIT = 500
+#: The most overdue or waiting_overdue runs a read counts in one attention group: past it the count says
+#: "at least" (``capped``), so that a read costs the same with a thousand or ten million runs overdue: it
+#: reads at most this many index entries a group (about 10 ms a read at 1,000 with three groups, 35 ms at
+#: 10,000, bench.pages).
+COUNT_CAP = 1_000
+#: A runs list of a due reason with more than COUNT_CAP runs due reads at most this many runs of the reason
+#: a page (newest first, below the cursor); when the page has not filled its cursor continues below them.
+DUE_WINDOW = 10_000
 PAUSED_REASONS = attention.PAUSED_REASONS
 #: A run list's page size is 1 to this many runs.
 MAX_LIMIT = 200
@@ -57,8 +65,9 @@ def status_counts(engine: Engine) -> dict[tuple[str, str], int]:
 
 # The stuck reads start from the attention columns the runner keeps on each run (pgbus_flask/attention.py):
 # paused runs from pgbus_workflows_attention_paused (their counts from pgbus_run_counts), overdue and
-# waiting_overdue ones from a range of pgbus_workflows_attention_due (pgbus_flask/filters.py composes them).
-# Parameters: %(now)s (None: the database's now()), %(stall)s and %(waiting)s (intervals).
+# waiting_overdue ones from pgbus_workflows_attention_due_groups, a group at a time, each counted up to
+# COUNT_CAP (pgbus_flask/filters.py composes them). Parameters: %(now)s (None: the database's now()),
+# %(stall)s and %(waiting)s (intervals), %(cap)s.
 
 
 def _due_reasons(engine: Engine) -> tuple[str, ...]:
@@ -88,43 +97,72 @@ def _read(engine: Engine, query: str | sql.Composable, params: Row) -> list[Row]
         return db.fetch_all(conn, query, params)
 
 
-def _base(engine: Engine, now: datetime | None, workflow_class: str | None) -> Row:
+def _base(engine: Engine, now: datetime | None, workflow_class: str | None, cap: int | None = None) -> Row:
     _checked(("class", workflow_class))
     settings = engine.settings
     return {"cls": workflow_class, "now": now, "stall": settings.stall_threshold,
-            "waiting": settings.waiting_threshold or timedelta(0)}
+            "waiting": settings.waiting_threshold or timedelta(0), "cap": _cap(cap)}
+
+
+def _cap(cap: int | None) -> int:
+    """``cap``, or :data:`COUNT_CAP` (read at each call: a test may lower it); at least 1."""
+    value = COUNT_CAP if cap is None else int(cap)
+    if value < 1:
+        raise InvalidInput("count cap", f"must be at least 1, got {value}")
+    return value
+
+
+class StuckCounts(dict[tuple[str, str], int]):
+    """``{(workflow_class, reason): runs}``, and ``capped``: the keys whose count is a lower bound (some
+    attention group of theirs had more than the cap of runs due, and the rest were not counted)."""
+
+    def __init__(self, counts: Iterable[tuple[tuple[str, str], int]] = (),
+                 capped: Iterable[tuple[str, str]] = ()) -> None:
+        super().__init__(counts)
+        self.capped: frozenset[tuple[str, str]] = frozenset(capped)
+
+    @property
+    def any_capped(self) -> bool:
+        """Whether some count is a lower bound (so is their sum)."""
+        return bool(self.capped)
 
 
 def stuck_reason_counts(engine: Engine, workflow_class: str | None = None,
-                        now: datetime | None = None) -> dict[tuple[str, str], int]:
+                        now: datetime | None = None, *, cap: int | None = None) -> StuckCounts:
     """``{(workflow_class, reason): runs}`` of ongoing runs that need a person: the paused ones from
-    ``pgbus_run_counts``, the overdue and waiting_overdue ones from their index range."""
-    params = _base(engine, now, workflow_class)
+    ``pgbus_run_counts`` (exact), the overdue and waiting_overdue ones counted up to ``cap``
+    (:data:`COUNT_CAP`) runs an attention group: a count that reached it is in ``.capped`` and means
+    "at least"."""
+    params = _base(engine, now, workflow_class, cap)
     query = filters.stuck_counts(_due_reasons(engine), by_class=workflow_class is not None)
-    return {(r["workflow_class"], r["reason"]): int(r["runs"]) for r in _read(engine, query, params)}
+    rows = _read(engine, query, params)
+    return StuckCounts((((r["workflow_class"], r["reason"]), int(r["runs"])) for r in rows),
+                       ((r["workflow_class"], r["reason"]) for r in rows if r["capped"]))
 
 
 def oldest_overdue(engine: Engine, now: datetime | None = None) -> dict[str, float]:
     """``{workflow_class: seconds}``: how long ago the oldest overdue step of each class was due (classes
-    with no overdue step are left out). It costs what the overdue runs cost, like their count."""
+    with no overdue step are left out): the first due run of each overdue attention group, one probe each."""
     params = _base(engine, now, None)
-    return {r["workflow_class"]: float(r["seconds"]) for r in _read(engine, "oldest_overdue", params)}
+    return {r["workflow_class"]: float(r["seconds"]) for r in _read(engine, filters.oldest_overdue(), params)}
 
 
 @dataclass(frozen=True)
 class Stats:
-    """What a host app's layout shows of pgbus: ongoing runs, paused ones, and those needing a person."""
+    """What a host app's layout shows of pgbus: ongoing runs, paused ones, and those needing a person
+    (``attention_capped``: ``attention`` is a lower bound, see :func:`stuck_reason_counts`)."""
 
     ongoing: int
     paused: int
     attention: int
+    attention_capped: bool = False
 
 
-def stats(engine: Engine) -> Stats:
-    """:class:`Stats` in one statement: the counts table, and the index ranges of the due reasons."""
-    params = _base(engine, None, None)
+def stats(engine: Engine, *, cap: int | None = None) -> Stats:
+    """:class:`Stats` in one statement: the counts table, and the due runs counted up to ``cap`` a group."""
+    params = _base(engine, None, None, cap)
     row = _read(engine, filters.stats(_due_reasons(engine)), params)[0]
-    return Stats(int(row["ongoing"]), int(row["paused"]), int(row["attention"]))
+    return Stats(int(row["ongoing"]), int(row["paused"]), int(row["attention"]), bool(row["capped"]))
 
 
 @dataclass(frozen=True)
@@ -139,6 +177,8 @@ class AttentionGroup:
     error_message: str | None
     error_code: str | None = None  # an engine message's code and parameters (pgbus_flask.messages)
     error_params: dict[str, Any] | None = None
+    #: ``count`` is a lower bound: more runs of this overdue group are due than the cap counts.
+    capped: bool = False
 
     def key(self) -> dict[str, Any]:
         return {"workflow_class": self.workflow_class, "step_name": self.step_name, "reason": self.reason,
@@ -146,19 +186,21 @@ class AttentionGroup:
 
 
 def attention_groups(engine: Engine, workflow_class: str | None = None, *, limit: int = GROUP_LIMIT,
-                     now: datetime | None = None) -> list[AttentionGroup]:
+                     now: datetime | None = None, cap: int | None = None) -> list[AttentionGroup]:
     """Stuck runs grouped by (class, step, reason, error class), the biggest group first; each with its
     first and last seen (the oldest and newest ``attention_since``) and its newest run's error message.
 
     Paused groups are counted in ``pgbus_run_counts`` and their first and newest runs are two probes
-    of ``pgbus_workflows_attention_paused``; the overdue ones are read from their index range.
+    of ``pgbus_workflows_attention_paused``; the overdue ones are found by a skip scan of
+    ``pgbus_workflows_attention_due_groups`` and counted up to ``cap`` (:data:`COUNT_CAP`) runs a group
+    (``capped`` when more are due), their first and last seen the two ends of their range.
     """
-    params = _base(engine, now, workflow_class)
+    params = _base(engine, now, workflow_class, cap)
     params["limit"] = min(int(limit), GROUP_LIMIT)
     query = filters.attention_groups(_due_reasons(engine), by_class=workflow_class is not None)
     return [AttentionGroup(r["workflow_class"], r["step_name"], r["reason"], r["error_class"], int(r["runs"]),
                            r["first_seen_at"], r["last_seen_at"], r["error_message"], r["error_code"],
-                           r["error_params"]) for r in _read(engine, query, params)]
+                           r["error_params"], bool(r["capped"])) for r in _read(engine, query, params)]
 
 
 def attention_ids(engine: Engine, workflow_class: str, step_name: str, reason: str, error_class: str | None, *,
@@ -316,13 +358,19 @@ def list_runs(engine: Engine, f: RunFilter) -> tuple[list[Row], int | None]:
     _check_run_filter(f)
     limit = max(1, min(int(f.limit), MAX_LIMIT))
     fixed = _index_order(f)
+    due = _due_ids(engine, f, limit) if f.reason in _due_reasons(engine) else None
+    walk = f.reason in _due_reasons(engine) and due is None
+    if walk:
+        fixed = ["w.attention_reason"]  # many are due: the runs of the reason, newest first, the others skipped
     where, params = _field_filters(f, fixed)
     params["limit"] = limit + 1
     older_than_window = _text_filter(engine, f, where, params)
+    if walk:
+        older_than_window = _due_window(engine, f, where, params, older_than_window)
     if f.before:
         where.append(filters.BEFORE)
         params["before"] = f.before
-    _reason_filter(engine, f, fixed, where, params)
+    _reason_filter(engine, f, fixed, where, params, due)
     query = filters.runs_page(where, fixed)
     with engine.db.connection() as conn, conn.transaction() if f.reason else contextlib.nullcontext():
         if f.reason:
@@ -389,16 +437,59 @@ def _text_filter(engine: Engine, f: RunFilter, where: list[sql.Composable], para
     return low if oldest is not None and oldest < low else None
 
 
+def _due_ids(engine: Engine, f: RunFilter, limit: int) -> list[int] | None:
+    """The ids a runs list of a due reason picks its page from, newest first, when at most
+    :data:`COUNT_CAP` runs are due (one probe of each attention group, then its due range up to the cap);
+    None when more are due (the list then walks the reason's runs newest first, skipping those not due)."""
+    assert f.reason is not None
+    cap = _cap(None)
+    params = _base(engine, None, f.workflow_class, cap)
+    params.update(step=f.step, error_class=f.error_class)
+    query = filters.due_ids(f.reason, by_class=bool(f.workflow_class), by_step=bool(f.step),
+                            by_error=f.error_class is not None)
+    ids = [r["id"] for r in _read(engine, query, params)]
+    if len(ids) > cap:
+        return None
+    ids = sorted((i for i in ids if not f.before or i < f.before), reverse=True)
+    # Only the newest page's worth, unless a filter the groups do not know may drop some of them.
+    return ids if f.status or f.subject or f.text else ids[:limit + 1]
+
+
+def _due_window(engine: Engine, f: RunFilter, where: list[sql.Composable], params: Row,
+                older: int | None) -> int | None:
+    """Bound the walk over a due reason's runs to the :data:`DUE_WINDOW` newest below the cursor (one range of
+    ``pgbus_workflows_attention``): its page skips the runs not due yet among them, and when older runs of the
+    reason are left, the lowest id read is the next page's cursor (as a text search's window). Returns the
+    cursor the page falls back on (the higher of this one and ``older``, the text search's)."""
+    assert f.reason is not None
+    with engine.db.connection() as conn:
+        row = db.fetch_one(conn, filters.due_window(f.reason, bool(f.before)),
+                           {"before": f.before, "offset": DUE_WINDOW})
+    if row is None:
+        return older
+    low = int(row["id"]) + 1
+    where.append(filters.DUE_WINDOW)
+    params["due_window"] = max(low, older or 0)
+    return max(low, older or 0)
+
+
 def _reason_filter(engine: Engine, f: RunFilter, fixed: Sequence[str], where: list[sql.Composable],
-                   params: Row) -> None:
-    """The condition of a stuck reason (and of its error class, for one attention group)."""
+                   params: Row, due: list[int] | None = None) -> None:
+    """The condition of a stuck reason (and of its error class, for one attention group); ``due``: the
+    ids of the runs due for a due reason, when :func:`_due_ids` read them all."""
     if f.reason in attention.PAUSED_REASONS:
         where += [filters.PAUSED, filters.same("w.attention_reason", "reason", fixed)]
         params["reason"] = f.reason
     elif f.reason:
         params.update(now=None, stall=engine.settings.stall_threshold,
                       waiting=engine.settings.waiting_threshold or timedelta(0))
-        where.append(filters.stuck_for(f.reason, _due_reasons(engine)))
+        if f.reason not in _due_reasons(engine):
+            where.append(filters.stuck_for(f.reason, _due_reasons(engine)))  # FALSE
+        elif due is not None:
+            where += [filters.stuck_for(f.reason, _due_reasons(engine)), filters.DUE_IDS]
+            params["due_ids"] = due
+        else:
+            where.append(filters.due_walk(f.reason))
     if f.reason and f.error_class is not None:
         where.append(filters.same("COALESCE(w.attention_error_class, '')", "error_class", fixed))
         params["error_class"] = f.error_class

@@ -97,6 +97,8 @@ GROUP_KEY: dict[str, JSON] = {
     "error_class": {"type": ["string", "null"], "description": "the group's error class (null or omitted: none)"},
 }
 GROUP = obj({"workflow_class": STR, "step_name": STR, "reason": REASON, "error_class": NSTR, "count": INT,
+             "capped": {**BOOL, "description": "count is a lower bound: an overdue group is counted up to "
+                                               "count_cap runs"},
              "first_seen_at": NSTR, "last_seen_at": NSTR, "error_message": NSTR, "error_code": NSTR,
              "error_params": {"type": ["object", "null"]}, "bulk_actions": ACTIONS, "confirm": ROW})
 AFTER: dict[str, JSON] = {"workflow_id": STR, "status": STATUS, "current_step": STR, "available_actions": ACTIONS}

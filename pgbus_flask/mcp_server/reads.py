@@ -50,21 +50,28 @@ def overview(call: Call, args: dict[str, Any]) -> Reply:
     for item in data["counts"]:
         by_status[item["status"]] += item["runs"]
     by_reason = {reason: 0 for reason in states.STUCK_REASONS}
+    capped = {item["reason"] for item in data["stuck"] if item["capped"]}
     for item in data["stuck"]:
         by_reason[item["reason"]] += item["runs"]
-    data.update(runs_by_status=by_status, stuck_by_reason=by_reason)
+    data.update(runs_by_status=by_status, stuck_by_reason=by_reason, stuck_capped=sorted(capped))
     statuses = ", ".join(f"{n:,} {s}" for s, n in by_status.items() if n) or "no runs"
-    stuck = ", ".join(f"{n:,} {r}" for r, n in by_reason.items() if n)
+    stuck = ", ".join(f"{n:,}{'+' if r in capped else ''} {r}" for r, n in by_reason.items() if n)
     needs = "needs" if data["attention"] == 1 else "need"
-    text = (f"{statuses}. {runs_text(data['attention'])} {needs} attention" + (f" ({stuck})." if stuck else ".")
-            + f" Ongoing: {data['ongoing']:,}, paused: {data['paused']:,}.")
+    at_least = "at least " if data["attention_capped"] else ""
+    text = (f"{statuses}. {at_least}{runs_text(data['attention'])} {needs} attention"
+            + (f" ({stuck})." if stuck else ".") + f" Ongoing: {data['ongoing']:,}, paused: {data['paused']:,}."
+            + (f" Overdue runs are counted up to {data['count_cap']:,} a group (+: at least)." if capped else ""))
     return data, text
 
 
 OVERVIEW_OUT = obj({
     "counts": arr(obj({"workflow_class": STR, "status": STATUS, "runs": INT})),
-    "stuck": arr(obj({"workflow_class": STR, "reason": REASON, "runs": INT})),
+    "stuck": arr(obj({"workflow_class": STR, "reason": REASON, "runs": INT,
+                      "capped": {**BOOL, "description": "runs is a lower bound (counted up to count_cap a group)"}})),
     "ongoing": INT, "paused": INT, "attention": INT,
+    "attention_capped": {**BOOL, "description": "attention is a lower bound"},
+    "count_cap": {**INT, "description": "the most overdue runs of one attention group that are counted"},
+    "stuck_capped": arr({**REASON, "description": "the reasons whose stuck_by_reason is a lower bound"}),
     "runs_by_status": obj({s: INT for s in states.RUN_STATUSES}),
     "stuck_by_reason": obj({r: INT for r in states.STUCK_REASONS}),
 })
@@ -172,12 +179,14 @@ def attention_groups(call: Call, args: dict[str, Any]) -> Reply:
     for g in data["groups"]:
         error = f" on {shown(g['error_class'], 80)}" if g["error_class"] else ""
         message = f": {shown(g['error_message'])}" if g["error_message"] else ""
-        lines.append(f"{runs_text(g['count'])} {g['reason']} at {shown(g['workflow_class'], 60)}."
+        at_least = "at least " if g["capped"] else ""
+        lines.append(f"{at_least}{runs_text(g['count'])} {g['reason']} at {shown(g['workflow_class'], 60)}."
                      f"{shown(g['step_name'], 60)}{error}{message} (bulk: {', '.join(g['bulk_actions'])})")
     return data, "\n".join(lines)
 
 
-ATTENTION_OUT = obj({"groups": arr(GROUP)})
+ATTENTION_OUT = obj({"groups": arr(GROUP),
+                     "count_cap": {**INT, "description": "the most overdue runs of one group that are counted"}})
 
 
 def attention_run_ids(call: Call, args: dict[str, Any]) -> Reply:

@@ -99,10 +99,14 @@ def overview(engine: Engine) -> dict[str, Any]:
     stuck = queries.stuck_reason_counts(engine)
     return {
         "counts": [{"workflow_class": c, "status": s, "runs": n} for (c, s), n in sorted(counts.items())],
-        "stuck": [{"workflow_class": c, "reason": r, "runs": n} for (c, r), n in sorted(stuck.items())],
+        # capped: runs is a lower bound (the overdue runs of a group are counted up to queries.COUNT_CAP)
+        "stuck": [{"workflow_class": c, "reason": r, "runs": n, "capped": (c, r) in stuck.capped}
+                  for (c, r), n in sorted(stuck.items())],
         "ongoing": sum(n for (_, s), n in counts.items() if s in states.ONGOING),
         "paused": sum(n for (_, s), n in counts.items() if s == "paused"),
         "attention": sum(stuck.values()),
+        "attention_capped": stuck.any_capped,
+        "count_cap": queries.COUNT_CAP,
     }
 
 
@@ -194,7 +198,7 @@ def attention(engine: Engine, words: Words, workflow_class: str | None) -> dict[
     return {"groups": [
         {**asdict(group), "bulk_actions": list(verbs.bulk_for(group.reason)),
          "confirm": {a: sentences.bulk_confirm(words, a, group) for a in verbs.bulk_for(group.reason)}}
-        for group in groups]}
+        for group in groups], "count_cap": queries.COUNT_CAP}
 
 
 def schedule(s: Schedule) -> dict[str, Any]:

@@ -14,14 +14,6 @@ SET LOCAL jit = off;
 SELECT workflow_class, status, sum(runs) AS runs FROM pgbus_run_counts GROUP BY 1, 2
 HAVING sum(runs) <> 0;
 
--- name: oldest_overdue
--- Per class, the seconds since the oldest overdue step was due: a range of pgbus_workflows_attention_due (an overdue run's attention_since is its step's scheduled_at).
-SELECT w.workflow_class, extract(epoch FROM COALESCE(%(now)s::timestamptz, now()) - min(w.attention_since)) AS seconds
-FROM pgbus_workflows w
-WHERE w.attention_reason = 'overdue'
-  AND w.attention_since < COALESCE(%(now)s::timestamptz, now()) - %(stall)s::interval
-GROUP BY 1;
-
 -- name: runs_by_id_range
 -- The runs whose ids lie in [low, high], at most a few: a range scan of the unique index on workflow_id.
 SELECT workflow_id, workflow_class, status FROM pgbus_workflows

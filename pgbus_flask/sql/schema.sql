@@ -46,8 +46,10 @@ CREATE INDEX pgbus_workflows_attention_paused
     ON pgbus_workflows (workflow_class, current_step, attention_reason, (COALESCE(attention_error_class, '')),
                         attention_since, id)
     WHERE attention_reason IN ('stalled', 'paused_error', 'paused_manual');
-CREATE INDEX pgbus_workflows_attention_due
-    ON pgbus_workflows (attention_reason, attention_since) INCLUDE (workflow_class)
+-- The overdue and waiting_overdue runs by attention group, each group's oldest first (0013).
+CREATE INDEX pgbus_workflows_attention_due_groups
+    ON pgbus_workflows (attention_reason, workflow_class, current_step, (COALESCE(attention_error_class, '')),
+                        attention_since, id) INCLUDE (attention_error_class)
     WHERE attention_reason IN ('overdue', 'waiting_overdue');
 CREATE INDEX pgbus_workflows_class ON pgbus_workflows (workflow_class, id);
 CREATE INDEX pgbus_workflows_parent

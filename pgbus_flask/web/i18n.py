@@ -36,9 +36,9 @@ from ..present.words import (
 )
 
 __all__ = ["C_", "DOMAIN", "LOCALE_COOKIE", "LOCALE_PARAM", "N_", "Words", "absolute", "accepted", "bdi",
-           "catalog_dir", "choose_locale", "clock", "clock_tag", "code", "current_locale", "current_tz", "duration",
-           "gettext", "isolated", "locale_name", "markup", "ngettext", "npgettext", "number", "pgettext", "relative",
-           "span", "span_tag", "time_tag", "translations_for", "ugettext", "ungettext", "words", "zone"]
+           "catalog_dir", "choose_locale", "clock", "clock_tag", "code", "counted", "current_locale", "current_tz",
+           "duration", "gettext", "isolated", "locale_name", "markup", "ngettext", "npgettext", "number", "pgettext",
+           "relative", "span", "span_tag", "time_tag", "translations_for", "ugettext", "ungettext", "words", "zone"]
 
 LOCALE_COOKIE = "pgbus_locale"
 LOCALE_PARAM = "locale"
@@ -128,6 +128,20 @@ def ungettext(singular: str, plural: str, num: int) -> str:
 
 def number(value: int | float) -> str:
     return words().number(value)
+
+
+def counted(value: int, capped: bool = False) -> str:
+    """A count of runs as a page shows it; a capped one (a lower bound: :data:`pgbus_flask.queries.COUNT_CAP`)
+    as "1,000+", marked ``data-capped`` and with a title that says counting stopped there."""
+    shown = number(value)
+    if not capped:
+        return shown
+    from ..queries import COUNT_CAP
+
+    title = gettext("At least %(num)s: the dashboard stops counting a group's overdue runs at %(cap)s",
+                    num=shown, cap=number(COUNT_CAP))
+    return Markup('<span class="capped" data-capped="1" title="{}">{}</span>').format(
+        title, gettext("%(num)s+", num=shown))
 
 
 def absolute(moment: datetime) -> str:

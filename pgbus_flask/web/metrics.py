@@ -5,9 +5,12 @@ dashboard's overview, so its cost does not grow with the runs:
 
 - ``pgbus_runs{workflow_class, status}``: the count rows of ``pgbus_run_counts``;
 - ``pgbus_runs_needing_attention{workflow_class, reason}``: the paused ones from
-  ``pgbus_run_counts``, the overdue ones from their range of
-  ``pgbus_workflows_attention_due`` (``queries.stuck_reason_counts``);
-- ``pgbus_oldest_overdue_step_age_seconds{workflow_class}``: that same range.
+  ``pgbus_run_counts``, the overdue ones counted up to ``queries.COUNT_CAP`` an
+  attention group in ``pgbus_workflows_attention_due_groups`` (``queries.stuck_reason_counts``);
+- ``pgbus_runs_needing_attention_capped{workflow_class, reason}``: 1 when that count
+  stopped at the cap (it is then a lower bound), else 0;
+- ``pgbus_oldest_overdue_step_age_seconds{workflow_class}``: the first due run of each
+  overdue group.
 
 and adds this process's own counters and histograms (:mod:`pgbus_flask.metrics`).
 
@@ -70,6 +73,10 @@ class DatabaseGauges:
         needing = GaugeMetricFamily("pgbus_runs_needing_attention",
                                     "Ongoing runs that need a person, by workflow class and stuck reason",
                                     labels=["workflow_class", "reason"])
+        capped = GaugeMetricFamily("pgbus_runs_needing_attention_capped",
+                                   "1 when pgbus_runs_needing_attention of this class and reason is a lower bound:"
+                                   " an attention group had more overdue runs than the read counts (queries.COUNT_CAP)",
+                                   labels=["workflow_class", "reason"])
         age = GaugeMetricFamily("pgbus_oldest_overdue_step_age_seconds",
                                 "Seconds since the oldest overdue step of each workflow class was due"
                                 " (0: none is overdue)", labels=["workflow_class"])
@@ -80,9 +87,11 @@ class DatabaseGauges:
                 runs.add_metric([cls, status], counts.get((cls, status), 0))
             for reason in reasons:
                 needing.add_metric([cls, reason], stuck.get((cls, reason), 0))
+                capped.add_metric([cls, reason], 1 if (cls, reason) in stuck.capped else 0)
             age.add_metric([cls], oldest.get(cls, 0.0))
         yield runs
         yield needing
+        yield capped
         yield age
 
 

@@ -125,14 +125,15 @@ class Pages:
             "ongoing": sum(n for (_, status), n in counts.items() if status in states.ONGOING),
             "paused": sum(n for (_, status), n in counts.items() if status == "paused"),
             "attention": sum(stuck.values()),
+            "attention_capped": stuck.any_capped,  # the overdue counts stop at COUNT_CAP a group
         }
         # The ready and waiting runs that need a person (overdue, waiting too long), marked in the counts
         # table from the stuck counts already read; a paused run always needs one.
-        marked = {(cls, states.STUCK_REASON_STATUS[reason]): (reason, n) for (cls, reason), n in stuck.items()
-                  if reason not in states.PAUSED_REASONS}
+        marked = {(cls, states.STUCK_REASON_STATUS[reason]): (reason, n, (cls, reason) in stuck.capped)
+                  for (cls, reason), n in stuck.items() if reason not in states.PAUSED_REASONS}
         return render("pgbus/overview.html", live=True, cards=cards, table=table, stuck=stuck_by_class,
-                      statuses=states.RUN_STATUSES, reasons=states.STUCK_REASONS, marked=marked,
-                      schedules=schedule_items(self.engine, g.pgbus_now))
+                      capped=stuck.capped, statuses=states.RUN_STATUSES, reasons=states.STUCK_REASONS,
+                      marked=marked, schedules=schedule_items(self.engine, g.pgbus_now))
 
     # -- runs list -----------------------------------------------------------------------
 

@@ -17,14 +17,14 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
+from psycopg import sql as pgsql
 from werkzeug.exceptions import Forbidden
 
-from pgbus_flask import PgBus, metrics
+from pgbus_flask import PgBus, filters, metrics
 from pgbus_flask.config import Settings
 from pgbus_flask.engine import Engine
 from pgbus_flask.errors import ConfigError
 from pgbus_flask.queries import _base
-from pgbus_flask.sql import statement
 from pgbus_flask.sweep import sweep
 from pgbus_flask.testing import wait_until
 from tests.support import ROOT, settings_for, work
@@ -166,12 +166,12 @@ def test_the_oldest_overdue_read_uses_its_index_not_a_scan(engine: Engine) -> No
                      " - interval '1 hour' WHERE id IN (SELECT id FROM pgbus_workflows WHERE status = 'ready'"
                      " ORDER BY id LIMIT 100)")
         conn.execute("ANALYZE pgbus_workflows")
-        row = conn.execute(("EXPLAIN (FORMAT JSON) " + statement("oldest_overdue")).encode(), _base(engine, None, None)
-                           ).fetchone()
+        query = pgsql.SQL("EXPLAIN (FORMAT JSON) ") + filters.oldest_overdue()
+        row = conn.execute(query, _base(engine, None, None)).fetchone()
     assert row is not None
     plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
     found = nodes(plan[0]["Plan"])
-    assert "pgbus_workflows_attention_due" in {n.get("Index Name") for n in found}, json.dumps(plan, indent=1)
+    assert "pgbus_workflows_attention_due_groups" in {n.get("Index Name") for n in found}, json.dumps(plan, indent=1)
     assert not {n.get("Relation Name") for n in found if n["Node Type"] == "Seq Scan"} & BIG_TABLES
 
 
