@@ -115,7 +115,7 @@ def continue_inline(engine: Engine, tx: Transaction, run: Row, step: Row, klass:
     if not budget.allows(queue, timeout.total_seconds()):
         return None
     worker = worker_name()
-    row = db.fetch_one(tx.conn, "continue_inline", {
+    row = db.fetch_one(tx, "continue_inline", {
         "output": Jsonb(output), "done": step["id"], "wid": run["workflow_id"], "cls": run["workflow_class"],
         "step": nxt.name, "timeout": timeout.total_seconds(), "job": job_id, "worker": worker,
         "rev": engine.settings.app_revision, "nothing": Jsonb({}),
