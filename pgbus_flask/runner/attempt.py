@@ -36,7 +36,7 @@ from ..errors import (
 )
 from .children import start_children
 from .fanout import open_batch
-from .inline import Budget, continue_inline
+from .inline import Budget, Continued, continue_inline
 from .policy import fail_attempt
 from .rows import (
     Row,
@@ -405,6 +405,13 @@ def record_outcome(engine: Engine, claim: Claim, *, result: Any = None, error: B
     step = claim.step
     output, error = _output(claim, result, error, request)
     with engine.db.transaction(pipeline=True) as tx:
+        if _plain_completion(claim, result, error, request, sleep):
+            # The common case first: continue inline in one statement that locks the run itself
+            # (BEGIN and it in one round trip, no lock_run); nothing written when it cannot.
+            nxt = continue_inline(engine, tx, claim.run, step, claim.klass, output, budget, job_id)
+            if nxt is not None:
+                count_attempt(tx, claim.run["workflow_class"], step["step_name"], "completed", claim.ran)
+                return _next_claim(claim, nxt, output)
         run = lock_run(tx, step["workflow_id"], attempt=step["id"])
         if run["attempt_status"] != "in_progress":
             record_event(tx, run["workflow_id"], "late_completion_ignored", "system", step=step,
@@ -413,6 +420,26 @@ def record_outcome(engine: Engine, claim: Claim, *, result: Any = None, error: B
             return None
         return _apply(engine, tx, claim, run, output=output, result=result, error=error, request=request,
                       budget=budget, job_id=job_id, sleep=sleep)
+
+
+def _plain_completion(claim: Claim, result: Any, error: BaseException | None, request: Exception | None,
+                     sleep: SleepRequest | None) -> bool:
+    """The step returned a plain value and asked nothing of the next step: its outcome may continue
+    inline before the run is locked by lock_run (continue_inline locks it; every other outcome,
+    and a step holding a signal, takes the usual path)."""
+    if error is not None or request is not None or sleep is not None or claim.spec.wait_for:
+        return False
+    if claim.spec.transactional or isinstance(result, FanOut):
+        return False
+    return not (isinstance(result, (ChildStart, list, tuple)) and child_starts(result))
+
+
+def _next_claim(claim: Claim, nxt: Continued, output: Any) -> Claim:
+    """The claim of the step continued inline after ``claim``'s."""
+    outputs = claim.outputs
+    if outputs is not None:
+        outputs = {**outputs, claim.step["step_name"]: payload.from_json(output)}
+    return Claim(nxt.run, nxt.step, claim.klass, nxt.spec, outputs, None)
 
 
 def _not_before(tx: Transaction, sleep: SleepRequest | None) -> datetime | None:
@@ -466,10 +493,7 @@ def _apply(engine: Engine, tx: Transaction, claim: Claim, run: Row, *, output: A
         nxt = continue_inline(engine, tx, run, step, claim.klass, output, budget, job_id, not_before)
         count_attempt(tx, run["workflow_class"], step["step_name"], "completed", claim.ran)
         if nxt is not None:
-            outputs = claim.outputs
-            if outputs is not None:
-                outputs = {**outputs, step["step_name"]: payload.from_json(output)}
-            return Claim(nxt.run, nxt.step, claim.klass, nxt.spec, outputs, None)
+            return _next_claim(claim, nxt, output)
         done = move_step(tx.conn, step["id"], ["in_progress"], "completed", finished_at=now_of(tx),
                          outcome="completed", output=Jsonb(output), next_not_before=not_before)
         record_event(tx, run["workflow_id"], "step_completed", "system", step=done)

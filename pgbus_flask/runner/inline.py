@@ -4,12 +4,14 @@ docs/architecture.md, "Inline continuation". When a step completes, its run is
 still ``running`` (no pause or cancel committed meanwhile), the next step is
 due now, routes to the queue this job came from, waits for no signal, and the
 job's :class:`Budget` allows it, the outcome transaction also claims the next
-step: one statement completes this attempt, inserts the next attempt already
-``in_progress`` (started_at, stall_at, the job's id, the worker), moves the
-run's current step and writes the same three audit events the two-job path
-writes (``step_completed``, ``step_scheduled``, ``step_started``). Nothing is
-enqueued. A worker that dies afterwards leaves an ``in_progress`` attempt with
-a stall deadline, which the sweep finds as it finds any other.
+step: one statement locks the run (before any step row; for a plain completion
+it is the transaction's first, see ``attempt.record_outcome``), completes this
+attempt, inserts the next attempt already ``in_progress`` (started_at,
+stall_at, the job's id, the worker), moves the run's current step and writes
+the same three audit events the two-job path writes (``step_completed``,
+``step_scheduled``, ``step_started``). Nothing is enqueued. A worker that dies
+afterwards leaves an ``in_progress`` attempt with a stall deadline, which the
+sweep finds as it finds any other.
 
 Otherwise the outcome transaction schedules the next step and the after-commit
 hook enqueues it, as with one step a job.
@@ -113,7 +115,7 @@ def continue_inline(engine: Engine, tx: Transaction, run: Row, step: Row, klass:
     if not budget.allows(queue, timeout.total_seconds()):
         return None
     worker = worker_name()
-    row = db.fetch_one(tx.conn, "continue_inline", {
+    row = db.fetch_one(tx, "continue_inline", {
         "output": Jsonb(output), "done": step["id"], "wid": run["workflow_id"], "cls": run["workflow_class"],
         "step": nxt.name, "timeout": timeout.total_seconds(), "job": job_id, "worker": worker,
         "rev": engine.settings.app_revision, "nothing": Jsonb({}),

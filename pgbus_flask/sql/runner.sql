@@ -212,12 +212,13 @@ WHERE s.status = 'waiting' AND s.child_ids IS NOT NULL
                   AND c.status IN ('ready', 'running', 'waiting', 'paused')) LIMIT %s;
 
 -- name: continue_inline
--- Complete the attempt, claim the next step, move the run's current step and write the three audit events, in one statement; each part guarded: if the attempt is no longer in progress or the run no longer running, nothing is written and no row returns.
-WITH done AS (
+-- Lock the run, complete the attempt, claim the next step, move the run's current step and write the three audit events, in one statement that takes the run's lock before touching a step row (so it may be its transaction's first); each part guarded: if the attempt is no longer in progress or the run no longer running, nothing is written and no row returns.
+WITH run AS (
+    SELECT 1 FROM pgbus_workflows WHERE workflow_id = %(wid)s AND status = 'running' FOR UPDATE
+), done AS (
     UPDATE pgbus_workflow_steps SET status = 'completed', finished_at = now(), outcome = 'completed',
         output = %(output)s
-    WHERE id = %(done)s AND status = 'in_progress'
-      AND EXISTS (SELECT 1 FROM pgbus_workflows WHERE workflow_id = %(wid)s AND status = 'running')
+    WHERE id = %(done)s AND status = 'in_progress' AND EXISTS (SELECT 1 FROM run)
     RETURNING id, step_name, attempt
 ), next AS (
     INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status, scheduled_at,

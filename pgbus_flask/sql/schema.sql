@@ -388,45 +388,52 @@ CREATE TABLE pgbus_insights (
 );
 CREATE INDEX pgbus_insights_bucket ON pgbus_insights (bucket);
 
-CREATE FUNCTION pgbus_insights_from_events() RETURNS trigger LANGUAGE plpgsql AS $$
+-- One row trigger (0016): only the events that count fire it (its WHEN), and it reads the step or the
+-- run by key (enable_seqscan off: index probes whatever the tables' size when its plan was made).
+CREATE FUNCTION pgbus_insights_from_event() RETURNS trigger LANGUAGE plpgsql SET enable_seqscan = off AS $$
 BEGIN
-    INSERT INTO pgbus_insight_deltas (workflow_class, bucket, step, kind, label, bin, n, max_ms)
-    SELECT w.workflow_class, date_bin(interval '5 minutes', e.created_at, timestamptz '2000-01-01 00:00+00'), '',
-           e.event, '', 0::smallint, 1, NULL::double precision
-    FROM added e JOIN pgbus_workflows w ON w.workflow_id = e.workflow_id
-    WHERE e.event IN ('started', 'finished', 'cancelled')
-    UNION ALL
-    SELECT w.workflow_class, date_bin(interval '1 hour', w.created_at, timestamptz '2000-01-01 00:00+00'),
-           CASE WHEN e.event = 'step_scheduled' THEN e.step_name ELSE '' END,
-           CASE WHEN e.event = 'step_scheduled' THEN 'reached' ELSE 'run_' || e.event END, '', 0::smallint, 1, NULL
-    FROM added e JOIN pgbus_workflows w ON w.workflow_id = e.workflow_id
-    WHERE e.event IN ('finished', 'cancelled') OR (e.event = 'step_scheduled' AND e.attempt = 1)
-    UNION ALL
-    SELECT w.workflow_class,
-           date_bin(CASE WHEN v.kind = 'attempt' THEN interval '5 minutes' ELSE interval '1 hour' END, s.finished_at,
-                    timestamptz '2000-01-01 00:00+00'),
-           s.step_name, v.kind, v.label, v.bin, 1, v.ms
-    FROM added e
-    JOIN pgbus_workflow_steps s ON s.id = e.step_id
-    JOIN pgbus_workflows w ON w.workflow_id = e.workflow_id
-    CROSS JOIN LATERAL (SELECT 1000 * extract(epoch FROM s.finished_at - s.started_at)::double precision AS run_ms,
-                               1000 * extract(epoch FROM greatest(s.started_at - s.scheduled_at, interval '0'))
-                                   ::double precision AS wait_ms) m
-    CROSS JOIN LATERAL (VALUES
-        (true, 'attempt', CASE WHEN e.event = 'step_completed' THEN 'completed' ELSE 'failed' END, 0::smallint,
-         NULL::double precision),
-        (e.event = 'step_failed', 'error', COALESCE(s.error_class, ''), 0::smallint, NULL),
-        (s.started_at IS NOT NULL, 'duration', '', pgbus_insight_bin(m.run_ms), m.run_ms),
-        (s.started_at IS NOT NULL, 'wait', '', pgbus_insight_bin(m.wait_ms), m.wait_ms)
-    ) AS v(keep, kind, label, bin, ms)
-    WHERE e.event IN ('step_completed', 'step_failed') AND s.finished_at IS NOT NULL AND v.keep;
+    IF NEW.event IN ('step_completed', 'step_failed') THEN
+        INSERT INTO pgbus_insight_deltas (workflow_class, bucket, step, kind, label, bin, n, max_ms)
+        SELECT s.workflow_class,
+               date_bin(CASE WHEN v.kind = 'attempt' THEN interval '5 minutes' ELSE interval '1 hour' END,
+                        s.finished_at, timestamptz '2000-01-01 00:00+00'),
+               s.step_name, v.kind, v.label, v.bin, 1, v.ms
+        FROM pgbus_workflow_steps s
+        CROSS JOIN LATERAL (SELECT 1000 * extract(epoch FROM s.finished_at - s.started_at)::double precision AS run_ms,
+                                   1000 * extract(epoch FROM greatest(s.started_at - s.scheduled_at, interval '0'))
+                                       ::double precision AS wait_ms) m
+        CROSS JOIN LATERAL (VALUES
+            (true, 'attempt', CASE WHEN NEW.event = 'step_completed' THEN 'completed' ELSE 'failed' END,
+             0::smallint, NULL::double precision),
+            (NEW.event = 'step_failed', 'error', COALESCE(s.error_class, ''), 0::smallint, NULL),
+            (s.started_at IS NOT NULL, 'duration', '', pgbus_insight_bin(m.run_ms), m.run_ms),
+            (s.started_at IS NOT NULL, 'wait', '', pgbus_insight_bin(m.wait_ms), m.wait_ms)
+        ) AS v(keep, kind, label, bin, ms)
+        WHERE s.id = NEW.step_id AND s.workflow_id = NEW.workflow_id AND s.finished_at IS NOT NULL AND v.keep;
+    ELSE
+        -- started, finished, cancelled: by the event's 5 minutes; finished, cancelled (run_*) and a
+        -- first step_scheduled (reached): by the hour the run started in
+        INSERT INTO pgbus_insight_deltas (workflow_class, bucket, step, kind, label, bin, n, max_ms)
+        SELECT w.workflow_class, v.bucket, v.step, v.kind, '', 0::smallint, 1, NULL::double precision
+        FROM pgbus_workflows w
+        CROSS JOIN LATERAL (VALUES
+            (NEW.event <> 'step_scheduled',
+             date_bin(interval '5 minutes', NEW.created_at, timestamptz '2000-01-01 00:00+00'), '', NEW.event),
+            (NEW.event <> 'started', date_bin(interval '1 hour', w.created_at, timestamptz '2000-01-01 00:00+00'),
+             CASE WHEN NEW.event = 'step_scheduled' THEN NEW.step_name ELSE '' END,
+             CASE WHEN NEW.event = 'step_scheduled' THEN 'reached' ELSE 'run_' || NEW.event END)
+        ) AS v(keep, bucket, step, kind)
+        WHERE w.workflow_id = NEW.workflow_id AND v.keep;
+    END IF;
     RETURN NULL;
 END
 $$;
 
 CREATE TRIGGER pgbus_insights_from_events
-    AFTER INSERT ON pgbus_workflow_events REFERENCING NEW TABLE AS added
-    FOR EACH STATEMENT EXECUTE FUNCTION pgbus_insights_from_events();
+    AFTER INSERT ON pgbus_workflow_events FOR EACH ROW
+    WHEN (NEW.event IN ('started', 'finished', 'cancelled', 'step_completed', 'step_failed')
+          OR (NEW.event = 'step_scheduled' AND NEW.attempt = 1))
+    EXECUTE FUNCTION pgbus_insights_from_event();
 
 -- Recurring starts (see migrations/0010_schedules.sql).
 CREATE TABLE pgbus_schedules (

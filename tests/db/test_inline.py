@@ -280,3 +280,27 @@ def test_an_inline_attempt_declared_stalled_then_completing_is_ignored(engine: E
     assert attempts(run) == [("first", 1, "completed"), ("second", 1, "failed")]
     assert run.steps()[1]["error_class"] == "pgbus_flask.errors.StepStalled"
     assert run.events()[-1]["event"] == "late_completion_ignored"
+
+
+def test_an_inline_step_is_one_statement_that_locks_the_run_itself(engine: Engine,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each step after the first is completed and the next claimed by continue_inline alone, which
+    takes the run's lock itself: no lock_run before it (the last step's outcome still locks the run
+    to finish it)."""
+    from pgbus_flask import db
+
+    names: list[str] = []
+    run_statement = db.run
+
+    def counting(target: Any, name: Any, params: Any = None) -> Any:
+        if isinstance(name, str):
+            names.append(name)
+        return run_statement(target, name, params)
+
+    run = FiveNoop.start()
+    monkeypatch.setattr(db, "run", counting)
+    assert run_jobs(engine) == 1
+    run.refresh()
+    assert run.status == "finished"
+    assert names.count("continue_inline") == 4
+    assert names.count("lock_run") == 1, names

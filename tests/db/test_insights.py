@@ -95,3 +95,31 @@ def insights_bin(ms: float) -> int:
     import math
 
     return 0 if ms < 1 else 1 + math.floor(math.log(ms) / math.log(1.5))
+
+
+def test_step_events_read_their_step_by_key_and_only_those_that_count_fire(app: Flask) -> None:
+    """The trigger reads the one step row an event names by key (no scan of the steps, however small
+    the table was when the connection planned it), and an event that counts nothing (step_started,
+    a later attempt's step_scheduled) adds no delta."""
+    engine = engine_of(app)
+    run = ThreeSteps.start(order_id=1)
+    url = engine.settings.database_url
+    assert url
+    with psycopg.connect(url) as conn:
+        step_id = conn.execute("SELECT id FROM pgbus_workflow_steps WHERE workflow_id = %s",
+                               (run.workflow_id,)).fetchone()[0]
+        conn.execute("UPDATE pgbus_workflow_steps SET status = 'completed', started_at = now(),"
+                     " finished_at = now() + interval '20 ms' WHERE id = %s", (step_id,))
+        conn.execute("DELETE FROM pgbus_insight_deltas")  # what start() added; rolled back below
+        conn.execute("ANALYZE pgbus_workflows, pgbus_workflow_steps")  # tiny tables, and the planner knows it
+        # (the events' foreign key check reads the run its own way: the steps are what the trigger alone reads)
+        scans = "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'pgbus_workflow_steps'"
+        scanned = conn.execute(scans).fetchone()[0]
+        for event, attempt in (("step_started", 1), ("step_scheduled", 2), ("step_completed", 1)):
+            conn.execute("INSERT INTO pgbus_workflow_events (workflow_id, event, actor, step_id, step_name, attempt)"
+                         " VALUES (%s, %s, 'system', %s, 'reserve', %s)", (run.workflow_id, event, step_id, attempt))
+        assert conn.execute(scans).fetchone()[0] == scanned, "the steps were not scanned"
+        kinds = conn.execute("SELECT kind, label, step FROM pgbus_insight_deltas").fetchall()
+        assert sorted(kinds) == [("attempt", "completed", "reserve"), ("duration", "", "reserve"),
+                                 ("wait", "", "reserve")]
+        conn.rollback()
