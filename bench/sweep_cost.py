@@ -41,7 +41,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, create_database, drop_database, ms
+from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, create_database, db_url, drop_database, ms
 
 DB_PREFIX = "pgbus_bench_sweep"
 SLOW = 0.050  # a dashboard read slower than this (median) gets its plan printed
@@ -189,6 +189,22 @@ def explain(url: str, query: str, params: Any, settings: list[str] | None = None
     return "\n".join("    " + r[0] for r in rows)
 
 
+def reuse(server_url: str, name: str) -> str | None:
+    """The URL of database ``name`` kept by an earlier ``--keep`` run, brought up to the current
+    migrations (then analyzed); None when there is no such database."""
+    from pgbus_flask.migrate import apply
+
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+            return None
+    url = db_url(server_url, name)
+    with psycopg.connect(url, autocommit=True) as conn:
+        apply(conn)
+        conn.execute("VACUUM ANALYZE")
+    print(f"  reusing {name} (kept by an earlier run, migrated)", flush=True)
+    return url
+
+
 def seed(server_url: str, n: int, name: str | None = None) -> str:
     """Seed database ``name`` (default ``pgbus_bench_sweep_N``) with ``SEED`` for ``n`` ongoing runs."""
     from pgbus_flask import attention
@@ -221,21 +237,23 @@ def measure(args: argparse.Namespace, n: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     engines: list[Engine] = []
     try:
-        url = seed(args.server_url, n)
+        name = f"{args.prefix}_{n}"
+        url = (args.reuse and reuse(args.server_url, name)) or seed(args.server_url, n, name)
         engine = Engine(Settings.load({"PGBUS_DATABASE_URL": url, "PGBUS_REDIS_URL": args.redis_url,
                                        "PGBUS_WAITING_THRESHOLD": 86400}))
         engines.append(engine)
         engine.db.pool.wait()
         out["sweep"], report = timed(lambda: sweep.sweep(engine), args.repeat)
         out["report"] = report
-        for part in (sweep._stalled, sweep._overdue, sweep._expired_waits, sweep._lost_children, sweep._retention):
+        for part in sweep.PARTS:
             out[part.__name__] = timed(lambda p=part: p(engine, sweep.SweepReport()), args.repeat)[0]  # type: ignore
         statements = capture_statements(lambda: sweep.sweep(engine))
         out["plans"] = []
         settings = [q for q, _ in statements if q.startswith("SET LOCAL")]
         for query, params in statements:
-            if "advisory" in query or query.startswith("SET LOCAL"):
-                continue
+            if "advisory" in query or not query.lstrip().upper().startswith(("SELECT", "WITH", "INSERT", "UPDATE",
+                                                                                "DELETE")):
+                continue  # the lock, its transaction's BEGIN and ROLLBACK, SET LOCAL
             out["plans"].append((query, explain(url, query, params, settings)))
 
         # Every waiting run (on a signal or, since 0007, a batch) is overdue when the waiting threshold is
@@ -290,11 +308,13 @@ def measure(args: argparse.Namespace, n: int) -> dict[str, Any]:
         for eng in engines:
             eng.close()
         if not args.keep:
-            drop_database(args.server_url, f"{DB_PREFIX}_{n}")
+            drop_database(args.server_url, f"{args.prefix}_{n}")
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pgbus_flask import sweep
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000,100000", help="ongoing runs to seed, comma-separated")
     parser.add_argument("--repeat", type=int, default=7, help="timed calls per figure (median; one warm-up first)")
@@ -303,15 +323,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plans", choices=("largest", "all", "none"), default="largest",
                         help="print the sweep's plans for the largest size (default), every size, or none")
     parser.add_argument("--keep", action="store_true", help="keep the seeded databases")
+    parser.add_argument("--reuse", action="store_true",
+                        help="use the databases an earlier --keep run left (migrated to the current schema) instead of"
+                             " seeding again: before and after a change on the same rows (implies --keep)")
+    parser.add_argument("--prefix", default=DB_PREFIX, help=f"database names: PREFIX_SIZE (default {DB_PREFIX})")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    args.keep = args.keep or args.reuse
     print(f"bench.sweep_cost: sizes {sizes}, median of {args.repeat},"
           f" {datetime.now().astimezone().isoformat(timespec='seconds')}")
     results = {n: measure(args, n) for n in sizes}
 
     names = [f"{n:,} runs" for n in sizes]
     print("\n" + f"{'sweep (nothing to do)':<34}" + "".join(f"{x:>16}" for x in names))
-    for key in ("sweep", "_stalled", "_overdue", "_expired_waits", "_lost_children", "_retention"):
+    for key in ("sweep", *(part.__name__ for part in sweep.PARTS)):
         label = "whole sweep(engine)" if key == "sweep" else f"  part {key.lstrip('_')}"
         print(f"{label:<34}" + "".join(f"{ms(results[n][key]):>16}" for n in sizes))
     print(f"{'  rows it acted on':<34}" + "".join(f"{results[n]['report'].total():>16}" for n in sizes))

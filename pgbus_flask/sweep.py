@@ -92,8 +92,7 @@ def sweep(engine: Engine) -> SweepReport:
                 return SweepReport(ran=False)
             began = time.perf_counter()
             report = SweepReport()
-            for part in (_schedules, _stalled, _overdue, _expired_waits, _lost_children, _child_runs, _retention,
-                         _fold_counts, _fold_insights):
+            for part in PARTS:
                 try:
                     part(engine, report)
                 except Exception as exc:  # one part failing must not stop the others
@@ -223,6 +222,11 @@ def _fold_insights(engine: Engine, report: SweepReport) -> None:
         folded, cursor = insights.fold(conn, engine.sweep_cursors.get("insights"))
     engine.sweep_cursors["insights"] = cursor
     report.insights_folded += folded
+
+
+#: The parts, in the order one sweep runs them.
+PARTS = (_schedules, _stalled, _overdue, _expired_waits, _lost_children, _child_runs, _retention,
+         _fold_counts, _fold_insights)
 
 
 class SweepThread(threading.Thread):
