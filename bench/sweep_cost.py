@@ -13,7 +13,9 @@ ongoing runs none of which the sweep must touch:
 * 10% running an attempt whose stall deadline is an hour ahead,
 
 each with two completed earlier steps, plus N/2 finished runs of 5 completed
-steps updated a day ago (inside PGBUS_RETENTION's 30 days), then ANALYZE. It
+steps updated a day ago (inside PGBUS_RETENTION's 30 days), then ANALYZE. The
+sweep runs with a stall threshold of a day (``STALL``), so that the children
+sent at seed time are not due however long the seed took. It
 times ``pgbus_flask.sweep.sweep(engine)`` (median of ``--repeat``) and each of
 its parts, prints the EXPLAIN (ANALYZE, BUFFERS) plan of every statement the
 sweep sends (captured while it runs), and times the dashboard reads of
@@ -45,6 +47,10 @@ from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, create_database, db_url,
 
 DB_PREFIX = "pgbus_bench_sweep"
 SLOW = 0.050  # a dashboard read slower than this (median) gets its plan printed
+# The sweep's stall threshold here: a day, so that the fan-out children "sent just now" stay not due however
+# long the seed took (at 1,000,000 runs and more it takes longer than the default 5 minutes, and the sweep
+# would then resend them all, 500 a sweep, instead of finding nothing to do).
+STALL = 86400
 
 SEED = """
 INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, definition_digest, started_by,
@@ -240,7 +246,7 @@ def measure(args: argparse.Namespace, n: int) -> dict[str, Any]:
         name = f"{args.prefix}_{n}"
         url = (args.reuse and reuse(args.server_url, name)) or seed(args.server_url, n, name)
         engine = Engine(Settings.load({"PGBUS_DATABASE_URL": url, "PGBUS_REDIS_URL": args.redis_url,
-                                       "PGBUS_WAITING_THRESHOLD": 86400}))
+                                       "PGBUS_WAITING_THRESHOLD": 86400, "PGBUS_STALL_THRESHOLD": STALL}))
         engines.append(engine)
         engine.db.pool.wait()
         out["sweep"], report = timed(lambda: sweep.sweep(engine), args.repeat)
@@ -256,6 +262,8 @@ def measure(args: argparse.Namespace, n: int) -> dict[str, Any]:
                 continue  # the lock, its transaction's BEGIN and ROLLBACK, SET LOCAL
             out["plans"].append((query, explain(url, query, params, settings)))
 
+        if args.sweep_only:
+            return out
         # Every waiting run (on a signal or, since 0007, a batch) is overdue when the waiting threshold is
         # 5 minutes (they have waited 10): the waiting_overdue branch then returns 40% of the ongoing runs.
         overdue_engine = Engine(Settings.load({"PGBUS_DATABASE_URL": url, "PGBUS_REDIS_URL": args.redis_url,
@@ -323,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plans", choices=("largest", "all", "none"), default="largest",
                         help="print the sweep's plans for the largest size (default), every size, or none")
     parser.add_argument("--keep", action="store_true", help="keep the seeded databases")
+    parser.add_argument("--sweep-only", action="store_true",
+                        help="time the sweep and print its plans, not the dashboard reads")
     parser.add_argument("--reuse", action="store_true",
                         help="use the databases an earlier --keep run left (migrated to the current schema) instead of"
                              " seeding again: before and after a change on the same rows (implies --keep)")
@@ -340,6 +350,14 @@ def main(argv: list[str] | None = None) -> int:
         label = "whole sweep(engine)" if key == "sweep" else f"  part {key.lstrip('_')}"
         print(f"{label:<34}" + "".join(f"{ms(results[n][key]):>16}" for n in sizes))
     print(f"{'  rows it acted on':<34}" + "".join(f"{results[n]['report'].total():>16}" for n in sizes))
+    shown = sizes if args.plans == "all" else sizes[-1:] if args.plans == "largest" else []
+    if args.sweep_only:
+        for n in shown:
+            print(f"\n-- plans of every statement of one sweep at {n:,} runs (EXPLAIN ANALYZE, BUFFERS) --")
+            for query, plan in results[n]["plans"]:
+                print("\n  " + " ".join(query.split())[:300])
+                print(plan)
+        return 0
     print("\n" + f"{'dashboard reads (queries.py)':<48}" + "".join(f"{x:>16}" for x in names))
     for name in results[sizes[0]]["reads"]:
         print(f"{name:<48}" + "".join(f"{ms(results[n]['reads'].get(name, float('nan'))):>16}" for n in sizes))

@@ -110,7 +110,7 @@ def sweep(engine: Engine) -> SweepReport:
                 lock_conn.execute("ROLLBACK")
 
 
-def _ids(engine: Engine, part: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+def _ids(engine: Engine, part: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
     """The rows a part starts from, as tuples, read serially (see sweep_serially in sweep.sql)."""
     with engine.db.connection() as conn, conn.transaction():
         db.run(conn, "sweep_serially")
@@ -167,7 +167,7 @@ def _lost_children(engine: Engine, report: SweepReport) -> None:
     worker died) or no longer exists (Redis lost it): fail or resend them. A cancelled or
     skipped step's children are left alone."""
     threshold = engine.settings.stall_threshold.total_seconds()
-    rows = _ids(engine, "lost_children", (threshold, BATCH))
+    rows = _ids(engine, "lost_children", {"threshold": threshold, "limit": BATCH})
     statuses = job_statuses(engine.redis, [job_id for _, _, job_id, _ in rows], stale_after=threshold)
     resend: dict[tuple[int, str], list[tuple[int, str]]] = {}
     for batch_id, position, job_id, queue in rows:

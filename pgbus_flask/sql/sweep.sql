@@ -33,13 +33,19 @@ WHERE s.status = 'waiting' AND s.timeout_at IS NOT NULL AND s.timeout_at < now()
 ORDER BY s.timeout_at LIMIT %s;
 
 -- name: sweep_lost_children
--- Pending children of open batches whose step still waits, sent before the cutoff or never sent (pgbus_batch_children_pending_enqueued).
-SELECT c.batch_id, c.position, c.job_id, b.queue FROM pgbus_batch_children c
-  JOIN pgbus_batches b ON b.id = c.batch_id AND b.status = 'open'
-  JOIN pgbus_workflow_steps s ON s.id = b.step_id AND s.status = 'waiting'
-WHERE c.status = 'pending'
-  AND (c.enqueued_at IS NULL OR c.enqueued_at < now() - make_interval(secs => %s))
-ORDER BY c.batch_id, c.position LIMIT %s;
+-- Pending children of open batches whose step still waits, never sent or sent before the cutoff: two ranges of pgbus_batch_children_awaited_enqueued (NULL, then the oldest first), each joined child by child, so that LIMIT stops it and a sweep with nothing due reads no child.
+(SELECT c.batch_id, c.position, c.job_id, b.queue FROM pgbus_batch_children c
+   JOIN pgbus_batches b ON b.id = c.batch_id AND b.status = 'open'
+   JOIN pgbus_workflow_steps s ON s.id = b.step_id AND s.status = 'waiting'
+ WHERE c.status = 'pending' AND c.awaited AND c.enqueued_at IS NULL
+ LIMIT %(limit)s)
+UNION ALL
+(SELECT c.batch_id, c.position, c.job_id, b.queue FROM pgbus_batch_children c
+   JOIN pgbus_batches b ON b.id = c.batch_id AND b.status = 'open'
+   JOIN pgbus_workflow_steps s ON s.id = b.step_id AND s.status = 'waiting'
+ WHERE c.status = 'pending' AND c.awaited AND c.enqueued_at < now() - make_interval(secs => %(threshold)s)
+ ORDER BY c.enqueued_at LIMIT %(limit)s)
+LIMIT %(limit)s;
 
 -- name: sweep_retention
 -- Delete a batch of finished and cancelled runs older than the retention, the oldest first (pgbus_workflows_terminal_updated); their rows go with them.
