@@ -111,3 +111,28 @@ def test_lost_children_reads_no_child_when_none_is_due(engine: Engine) -> None:
     assert plan["Actual Rows"] == 0
     buffers = plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
     assert buffers < 20, json.dumps(plan, indent=1)  # the children alone fill a few hundred pages
+
+
+# A backlog: 20,000 ready runs whose step was due and sent an hour ago (RQ still holds their jobs, or not).
+BACKLOG = """
+INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, definition_digest, started_by)
+SELECT md5('q' || i)::uuid, 'Seeded', 'ready', 'only', 'x', 'seed' FROM generate_series(1, 20000) AS i;
+INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status, scheduled_at, enqueued_at)
+SELECT md5('q' || i)::uuid, 'Seeded', 'only', 1, 'scheduled', now() - interval '1 hour' + i * interval '1 ms',
+       now() - interval '1 hour'
+FROM generate_series(1, 20000) AS i;
+ANALYZE pgbus_workflows; ANALYZE pgbus_workflow_steps;
+"""
+
+
+@pytest.mark.scale  # 20,000 overdue steps
+def test_overdue_reads_one_page_of_a_backlog(engine: Engine) -> None:
+    """With 20,000 steps overdue, the overdue statement reads the first page in scheduled_at order and
+    stops there (an incremental sort only orders the steps due at the same instant by id): no sort of
+    every overdue step, no hash of every ready run."""
+    plan = analyzed_plan(engine, BACKLOG, "overdue")
+    assert plan["Actual Rows"] == BATCH
+    steps = nodes(plan)
+    assert not [n for n in steps if n["Node Type"] in ("Sort", "Hash")], json.dumps(plan, indent=1)
+    scans = [n for n in steps if n.get("Index Name") == INDEX["overdue"]]
+    assert scans and sum(n["Actual Rows"] * n["Actual Loops"] for n in scans) <= BATCH + 1, json.dumps(plan, indent=1)
