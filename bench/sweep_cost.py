@@ -184,15 +184,32 @@ def capture_statements(fn: Callable[[], Any]) -> list[tuple[str, Any]]:
     return seen
 
 
-def explain(url: str, query: str, params: Any, settings: list[str] | None = None) -> str:
+def explain(url: str, query: str, params: Any, settings: list[str] | None = None, costs: bool = False) -> str:
     """EXPLAIN (ANALYZE, BUFFERS) of one statement, inside a transaction that is rolled back, after the
     ``SET LOCAL`` statements the read sent before it (queries.py turns JIT off for the stuck reads)."""
     with psycopg.connect(url) as conn:
         for setting in settings or []:
             conn.execute(setting.encode())
-        rows = conn.execute(("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + query).encode(), params).fetchall()
+        # With costs, PostgreSQL also prints the JIT compilation a plan paid for (COSTS OFF hides it).
+        options = "ANALYZE, BUFFERS" + ("" if costs else ", COSTS OFF")
+        rows = conn.execute((f"EXPLAIN ({options}) " + query).encode(), params).fetchall()
         conn.rollback()
     return "\n".join("    " + r[0] for r in rows)
+
+
+def settle(conn: psycopg.Connection[Any]) -> None:
+    """Fold what the seed's rows left to fold (the insight deltas of its audit events, the count rows),
+    so that the sweeps timed have nothing to do (the VACUUM after it clears the folded rows)."""
+    from pgbus_flask import attention, insights
+
+    while insights.fold(conn, None)[0]:
+        pass
+    attention.fold(conn)
+    # The seed's attention rebuild added two count rows per ongoing run, and its events one delta each: what
+    # the sweep folded out of them leaves a heap of thousands of empty pages that its folds would then scan
+    # each time (see bench/RESULTS.md). A table the sweep has been folding for a while holds about its keys.
+    conn.execute("VACUUM FULL pgbus_run_counts")
+    conn.execute("VACUUM FULL pgbus_insight_deltas")
 
 
 def reuse(server_url: str, name: str) -> str | None:
@@ -206,6 +223,7 @@ def reuse(server_url: str, name: str) -> str | None:
     url = db_url(server_url, name)
     with psycopg.connect(url, autocommit=True) as conn:
         apply(conn)
+        settle(conn)
         conn.execute("VACUUM ANALYZE")
     print(f"  reusing {name} (kept by an earlier run, migrated)", flush=True)
     return url
@@ -223,6 +241,7 @@ def seed(server_url: str, n: int, name: str | None = None) -> str:
             conn.execute(SEED.replace("%(n)s", str(int(n))).encode())
         # The rows went in without the runner: give them the attention columns and counts it keeps.
         attention.rebuild(conn)
+        settle(conn)
         conn.execute("VACUUM ANALYZE")
         counts = conn.execute(
             "SELECT (SELECT count(*) FROM pgbus_workflows), (SELECT count(*) FROM pgbus_workflow_steps),"
@@ -255,12 +274,12 @@ def measure(args: argparse.Namespace, n: int) -> dict[str, Any]:
             out[part.__name__] = timed(lambda p=part: p(engine, sweep.SweepReport()), args.repeat)[0]  # type: ignore
         statements = capture_statements(lambda: sweep.sweep(engine))
         out["plans"] = []
-        settings = [q for q, _ in statements if q.startswith("SET LOCAL")]
+        settings = [q for q, _ in statements if q.startswith("SET LOCAL") or "set_config(" in q]
         for query, params in statements:
-            if "advisory" in query or not query.lstrip().upper().startswith(("SELECT", "WITH", "INSERT", "UPDATE",
-                                                                                "DELETE")):
-                continue  # the lock, its transaction's BEGIN and ROLLBACK, SET LOCAL
-            out["plans"].append((query, explain(url, query, params, settings)))
+            sent = query.lstrip().upper().startswith(("SELECT", "WITH", "INSERT", "UPDATE", "DELETE"))
+            if "advisory" in query or query in settings or not sent:
+                continue  # the lock, its transaction's BEGIN and ROLLBACK, the settings
+            out["plans"].append((query, explain(url, query, params, settings, costs=True)))
 
         if args.sweep_only:
             return out

@@ -136,3 +136,31 @@ def test_overdue_reads_one_page_of_a_backlog(engine: Engine) -> None:
     assert not [n for n in steps if n["Node Type"] in ("Sort", "Hash")], json.dumps(plan, indent=1)
     scans = [n for n in steps if n.get("Index Name") == INDEX["overdue"]]
     assert scans and sum(n["Actual Rows"] * n["Actual Loops"] for n in scans) <= BATCH + 1, json.dumps(plan, indent=1)
+
+
+#: Every read of the sweep that runs after sweep_serially, with its parameters.
+READS: dict[str, tuple[Any, ...] | dict[str, Any]] = {
+    **{FIND[part]: PARAMS[part] for part in ("stalled", "overdue", "expired_waits", "lost_children")},
+    "orphaned_parents": (300.0, BATCH),
+    "unsettled_child_waits": (300.0, BATCH),
+}
+
+
+@pytest.mark.parametrize("name", list(READS))
+def test_the_sweeps_reads_are_never_jit_compiled(engine: Engine, name: str) -> None:
+    """At a million runs the planner's estimate of what is past a deadline crosses jit_above_cost, and
+    compiling the plan (50-200 ms) cost more than running it to find nothing (bench.sweep_cost): the
+    sweep's reads turn JIT off. Here any plan would be compiled (jit_above_cost 0), but those."""
+
+    def explained(serially: bool) -> dict[str, Any]:
+        with engine.db.connection() as conn, conn.transaction():
+            conn.execute("SET LOCAL jit_above_cost = 0")
+            if serially:
+                conn.execute(statement("sweep_serially").encode())
+            row = conn.execute(("EXPLAIN (ANALYZE, FORMAT JSON) " + statement(name)).encode(), READS[name]).fetchone()
+        assert row is not None
+        return (row[0] if isinstance(row[0], list) else json.loads(row[0]))[0]  # type: ignore[no-any-return]
+
+    if "JIT" not in explained(serially=False):
+        pytest.skip("this PostgreSQL does not JIT-compile (no LLVM, or jit = off)")
+    assert "JIT" not in explained(serially=True)
