@@ -276,7 +276,7 @@ def measure(args: argparse.Namespace, n: int) -> dict[str, Any]:
         out["plans"] = []
         settings = [q for q, _ in statements if q.startswith("SET LOCAL") or "set_config(" in q]
         for query, params in statements:
-            sent = query.lstrip().upper().startswith(("SELECT", "WITH", "INSERT", "UPDATE", "DELETE"))
+            sent = query.lstrip("( \n").upper().startswith(("SELECT", "WITH", "INSERT", "UPDATE", "DELETE"))
             if "advisory" in query or query in settings or not sent:
                 continue  # the lock, its transaction's BEGIN and ROLLBACK, the settings
             out["plans"].append((query, explain(url, query, params, settings, costs=True)))
