@@ -16,14 +16,19 @@ SELECT id, workflow_id FROM pgbus_workflow_steps WHERE status = 'in_progress'
   AND stall_at < now() ORDER BY stall_at LIMIT %s;
 
 -- name: sweep_overdue
--- Steps of ready runs due and sent longer than the threshold ago (x 2^resends, at most 16x: a step Redis keeps losing is resent less and less often), after the cursor (pgbus_workflow_steps_scheduled).
-SELECT s.id, s.sends, s.job_id, s.scheduled_at FROM pgbus_workflow_steps s
-  JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'ready'
-WHERE s.status = 'scheduled' AND s.scheduled_at < now() - make_interval(secs => %s)
-  AND (s.enqueued_at IS NULL
-       OR s.enqueued_at < now() - make_interval(secs => %s * power(2, least(s.resends, 4))))
-  AND (s.scheduled_at, s.id) > (%s, %s)
-ORDER BY s.scheduled_at, s.id LIMIT %s;
+-- One page of scheduled steps due longer than the threshold ago, after the cursor, in (scheduled_at, id) order (pgbus_workflow_steps_scheduled), each with whether it is overdue (its run looked up step by step): its run is ready and it was sent longer than the threshold ago (x 2^resends, at most 16x: a step Redis keeps losing is resent less and less often). The page is read before the run's status, so the steps of paused runs, which stay scheduled, cost a sweep at most a page however many there are.
+WITH page AS (
+    SELECT s.id, s.workflow_id, s.sends, s.job_id, s.scheduled_at, s.enqueued_at, s.resends
+    FROM pgbus_workflow_steps s
+    WHERE s.status = 'scheduled' AND s.scheduled_at < now() - make_interval(secs => %(threshold)s)
+      AND (s.scheduled_at, s.id) > (%(after_at)s, %(after_id)s)
+    ORDER BY s.scheduled_at, s.id LIMIT %(limit)s
+)
+SELECT p.id, p.sends, p.job_id, p.scheduled_at,
+       (p.enqueued_at IS NULL
+        OR p.enqueued_at < now() - make_interval(secs => %(threshold)s * power(2, least(p.resends, 4))))
+       AND EXISTS (SELECT 1 FROM pgbus_workflows w WHERE w.workflow_id = p.workflow_id AND w.status = 'ready') AS due
+FROM page p ORDER BY p.scheduled_at, p.id;
 
 -- name: sweep_expired_waits
 -- Waits for a signal past their deadline, the oldest first (pgbus_workflow_steps_wait_deadline).

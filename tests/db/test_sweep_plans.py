@@ -19,7 +19,7 @@ from tests.support.seeds import BIG_TABLES, SEED, nodes
 
 PARAMS: dict[str, tuple[Any, ...] | dict[str, Any]] = {
     "stalled": (BATCH,),
-    "overdue": (300.0, 300.0, *OVERDUE_START, BATCH),
+    "overdue": {"threshold": 300.0, "after_at": OVERDUE_START[0], "after_id": OVERDUE_START[1], "limit": BATCH},
     "expired_waits": (BATCH,),
     "lost_children": {"threshold": 300.0, "limit": BATCH},
     "retention": (30 * 86400.0, DELETE_BATCH),
@@ -164,3 +164,18 @@ def test_the_sweeps_reads_are_never_jit_compiled(engine: Engine, name: str) -> N
     if "JIT" not in explained(serially=False):
         pytest.skip("this PostgreSQL does not JIT-compile (no LLVM, or jit = off)")
     assert "JIT" not in explained(serially=True)
+
+
+@pytest.mark.scale  # 20,000 paused runs
+def test_overdue_reads_one_page_of_steps_paused_runs_keep(engine: Engine) -> None:
+    """A run paused while ready keeps its scheduled step, due long ago: 20,000 of them, none overdue.
+    The statement reads one page of them, not all (the join to ready runs drops them after)."""
+    plan = analyzed_plan(engine, BACKLOG.replace("'ready'", "'paused'"), "overdue")
+    with engine.db.connection() as conn, conn.transaction():
+        conn.execute(statement("sweep_serially").encode())
+        due = conn.execute(statement(FIND["overdue"]).encode(), PARAMS["overdue"]).fetchall()
+    assert len(due) == BATCH and not any(row[4] for row in due)
+    steps = nodes(plan)
+    scans = [n for n in steps if n.get("Index Name") == INDEX["overdue"]]
+    assert scans and sum(n["Actual Rows"] * n["Actual Loops"] for n in scans) <= BATCH + 1, json.dumps(plan, indent=1)
+    assert not [n for n in steps if n["Node Type"] in ("Sort", "Hash")], json.dumps(plan, indent=1)
