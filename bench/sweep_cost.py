@@ -43,7 +43,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, create_database, db_url, drop_database, ms
+from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, bulk_load, create_database, db_url, drop_database, ms
 
 DB_PREFIX = "pgbus_bench_sweep"
 SLOW = 0.050  # a dashboard read slower than this (median) gets its plan printed
@@ -62,21 +62,21 @@ SELECT md5('run' || i)::uuid,
        's3', 'bench', 'bench',
        CASE WHEN i % 10 IN (7, 8) THEN now() - interval '1 hour' END,
        now() - interval '2 hours', now() - interval '1 hour'
-FROM generate_series(1, %(n)s) i;
+FROM generate_series(%(lo)s, %(hi)s) i;
 
 INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, definition_digest, started_by,
                              created_at, updated_at, finished_at)
 SELECT md5('done' || i)::uuid, 'FiveNoop', 'finished', 's5', 'bench', 'bench',
        now() - interval '2 days', now() - interval '1 day', now() - interval '1 day'
-FROM generate_series(1, %(n)s / 2) i;
+FROM generate_series(%(lo2)s, %(hi2)s) i;
 
 -- Fan-out: one run in a hundred (1 in 40 waiting runs) parks on an open batch of 10 children sent just now.
 INSERT INTO pgbus_batches (workflow_id, step_id, step_name, func, queue, on_child_failure, status, total)
 SELECT md5('run' || i)::uuid, 0, 's3', 'tests.workflows.vendor_child', 'pgbus', 'fail', 'open', 10
-FROM generate_series(1, %(n)s) i WHERE i % 100 = 0;
+FROM generate_series(%(lo)s, %(hi)s) i WHERE i % 100 = 0;
 INSERT INTO pgbus_batch_children (batch_id, position, args, status, job_id, enqueued_at)
 SELECT b.id, p, '[1]'::jsonb, 'pending', 'bench-' || b.id || '-' || p, now()
-FROM pgbus_batches b CROSS JOIN generate_series(0, 9) p;
+FROM pgbus_batches b CROSS JOIN generate_series(0, 9) p WHERE b.step_id = 0;
 
 -- Two completed steps per ongoing run, then its current one.
 INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status, scheduled_at,
@@ -84,7 +84,7 @@ INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attemp
 SELECT md5('run' || i)::uuid, (ARRAY['FiveNoop', 'ThreeSteps', 'WaitsForPayment'])[1 + i % 3],
        's' || k, 1, 'completed', now() - interval '2 hours', now() - interval '2 hours',
        now() - interval '2 hours', now() - interval '2 hours', 'completed', 'null'::jsonb
-FROM generate_series(1, %(n)s) i CROSS JOIN generate_series(1, 2) k;
+FROM generate_series(%(lo)s, %(hi)s) i CROSS JOIN generate_series(1, 2) k;
 
 INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status, scheduled_at,
                                   enqueued_at, job_id, started_at, stall_at, finished_at, outcome,
@@ -104,21 +104,22 @@ SELECT md5('run' || i)::uuid, (ARRAY['FiveNoop', 'ThreeSteps', 'WaitsForPayment'
        CASE WHEN i % 10 < 4 THEN now() - interval '10 minutes' END,
        NULL,
        b.id
-FROM generate_series(1, %(n)s) i
+FROM generate_series(%(lo)s, %(hi)s) i
 LEFT JOIN pgbus_batches b ON b.workflow_id = md5('run' || i)::uuid;
 
 UPDATE pgbus_batches b SET step_id = s.id FROM pgbus_workflow_steps s
-WHERE s.batch_id = b.id;
+WHERE s.batch_id = b.id AND b.step_id = 0;
 
 INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status, scheduled_at,
                                   enqueued_at, started_at, finished_at, outcome, output)
 SELECT md5('done' || i)::uuid, 'FiveNoop', 's' || k, 1, 'completed', now() - interval '2 days',
        now() - interval '2 days', now() - interval '2 days', now() - interval '1 day', 'completed', 'null'::jsonb
-FROM generate_series(1, %(n)s / 2) i CROSS JOIN generate_series(1, 5) k;
+FROM generate_series(%(lo2)s, %(hi2)s) i CROSS JOIN generate_series(1, 5) k;
 
 -- One audit event per run, so the cascade of the retention DELETE has something to look at.
 INSERT INTO pgbus_workflow_events (workflow_id, event, actor)
-SELECT workflow_id, 'started', 'bench' FROM pgbus_workflows;
+SELECT md5('run' || i)::uuid, 'started', 'bench' FROM generate_series(%(lo)s, %(hi)s) i
+UNION ALL SELECT md5('done' || i)::uuid, 'started', 'bench' FROM generate_series(%(lo2)s, %(hi2)s) i;
 """
 
 
@@ -197,6 +198,24 @@ def explain(url: str, query: str, params: Any, settings: list[str] | None = None
     return "\n".join("    " + r[0] for r in rows)
 
 
+#: Runs a seed transaction writes (and a transaction of the attention rebuild refreshes).
+CHUNK = 500_000
+
+
+def rebuild_in_chunks(conn: psycopg.Connection[Any]) -> None:
+    """``attention.rebuild`` in transactions of CHUNK runs each, then the counts in one."""
+    from pgbus_flask import db
+
+    top = conn.execute("SELECT COALESCE(max(id), 0) FROM pgbus_workflows").fetchone()[0]  # type: ignore[index]
+    for lo in range(0, top + 1, CHUNK):
+        conn.execute("SELECT count(*) FROM pgbus_workflows WHERE id >= %s AND id < %s"
+                     " AND (status IN ('ready', 'running', 'waiting', 'paused') OR attention_reason IS NOT NULL)"
+                     " AND pgbus_workflow_attention(workflow_id)", (lo, lo + CHUNK))
+    with conn.transaction():
+        db.run(conn, "counts_clear")
+        db.run(conn, "counts_recount")
+
+
 def settle(conn: psycopg.Connection[Any]) -> None:
     """Fold what the seed's rows left to fold (the insight deltas of its audit events, the count rows),
     so that the sweeps timed have nothing to do (the VACUUM after it clears the folded rows)."""
@@ -231,16 +250,18 @@ def reuse(server_url: str, name: str) -> str | None:
 
 def seed(server_url: str, n: int, name: str | None = None) -> str:
     """Seed database ``name`` (default ``pgbus_bench_sweep_N``) with ``SEED`` for ``n`` ongoing runs."""
-    from pgbus_flask import attention
-
     name = name or f"{DB_PREFIX}_{n}"
     url = create_database(server_url, name)
     t = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
-        with conn.transaction():
-            conn.execute(SEED.replace("%(n)s", str(int(n))).encode())
+        # In chunks of CHUNK runs, each its own transaction: one transaction of ten million rows would hold
+        # back every vacuum on the server for the hour it takes.
+        chunks = [(lo, min(lo + CHUNK - 1, n)) for lo in range(1, n + 1, CHUNK)]
+        bulk_load(conn, [SEED.replace("%(lo)s", str(lo)).replace("%(hi)s", str(hi))
+                         .replace("%(lo2)s", str((lo + 1) // 2)).replace("%(hi2)s", str(hi // 2)).encode()
+                         for lo, hi in chunks])
         # The rows went in without the runner: give them the attention columns and counts it keeps.
-        attention.rebuild(conn)
+        rebuild_in_chunks(conn)
         settle(conn)
         conn.execute("VACUUM ANALYZE")
         counts = conn.execute(

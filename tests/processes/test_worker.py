@@ -119,22 +119,35 @@ def test_plain_rq_worker_with_rq_default_worker_class(engine: Engine, pg_url: st
     marker.write_text("")
     steps = SleepsBriefly.start(seconds=0)
     fans = FansOutSleepy.start(marker=str(marker), n=3)
-    proc = subprocess.Popen(
-        [bin_path("rq"), "worker", "--burst", "--url", redis_url, engine.settings.queue],
-        env=env(pg_url, redis_url, PGBUS_DATABASE_URL=pg_url, PGBUS_REDIS_URL=redis_url,
-                PGBUS_IMPORT="tests.proc_workflows"),
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    # The worker's output goes to a file, not a pipe: nobody reads a pipe while the test waits, and a
+    # worker whose pipe is full blocks on its next log line.
+    log_path = tmp_path / "rq-worker.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [bin_path("rq"), "worker", "--burst", "--url", redis_url, engine.settings.queue],
+            env=env(pg_url, redis_url, PGBUS_DATABASE_URL=pg_url, PGBUS_REDIS_URL=redis_url,
+                    PGBUS_IMPORT="tests.proc_workflows", PYTHONUNBUFFERED="1"),
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
+        )
     try:
         def finished() -> bool:
             statuses = {steps.refresh().status, fans.refresh().status}
             if proc.poll() is not None and statuses != {"finished"}:
-                raise AssertionError(f"rq worker exited ({proc.returncode}) with runs {statuses}:\n"
-                                     f"{proc.stdout.read() if proc.stdout else ''}")
+                attempts = [(s["step_name"], s["attempt"], s["status"], s["error_class"], s["error_message"])
+                            for r in (steps, fans) for s in r.steps()]
+                raise AssertionError(f"rq worker exited ({proc.returncode}) with runs {statuses},"
+                                     f" attempts {attempts}:\n{log_path.read_text()}")
             return statuses == {"finished"}
 
-        wait_until(finished, timeout=60, message="both runs finished")
-        assert proc.wait(timeout=30) == 0
+        wait_until(finished, timeout=120, message="both runs finished")
+        # RQ's own Worker may take up to a minute to exit (docs/workers.md): with RQ 3.0 and redis-py
+        # 8.2 its command-channel thread can read the UNSUBSCRIBE reply before its stop flag is set,
+        # then wait out its 60 s poll while the worker joins it. The pgbus worker classes poll every second.
+        try:
+            assert proc.wait(timeout=90) == 0, log_path.read_text()
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"rq worker --burst still running 90 s after the runs finished:\n"
+                                 f"{log_path.read_text()}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
