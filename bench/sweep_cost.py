@@ -13,7 +13,9 @@ ongoing runs none of which the sweep must touch:
 * 10% running an attempt whose stall deadline is an hour ahead,
 
 each with two completed earlier steps, plus N/2 finished runs of 5 completed
-steps updated a day ago (inside PGBUS_RETENTION's 30 days), then ANALYZE. It
+steps updated a day ago (inside PGBUS_RETENTION's 30 days), then ANALYZE. The
+sweep runs with a stall threshold of a day (``STALL``), so that the children
+sent at seed time are not due however long the seed took. It
 times ``pgbus_flask.sweep.sweep(engine)`` (median of ``--repeat``) and each of
 its parts, prints the EXPLAIN (ANALYZE, BUFFERS) plan of every statement the
 sweep sends (captured while it runs), and times the dashboard reads of
@@ -41,10 +43,14 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, bulk_load, create_database, drop_database, ms
+from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, bulk_load, create_database, db_url, drop_database, ms
 
 DB_PREFIX = "pgbus_bench_sweep"
 SLOW = 0.050  # a dashboard read slower than this (median) gets its plan printed
+# The sweep's stall threshold here: a day, so that the fan-out children "sent just now" stay not due however
+# long the seed took (at 1,000,000 runs and more it takes longer than the default 5 minutes, and the sweep
+# would then resend them all, 500 a sweep, instead of finding nothing to do).
+STALL = 86400
 
 SEED = """
 INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, definition_digest, started_by,
@@ -179,13 +185,15 @@ def capture_statements(fn: Callable[[], Any]) -> list[tuple[str, Any]]:
     return seen
 
 
-def explain(url: str, query: str, params: Any, settings: list[str] | None = None) -> str:
+def explain(url: str, query: str, params: Any, settings: list[str] | None = None, costs: bool = False) -> str:
     """EXPLAIN (ANALYZE, BUFFERS) of one statement, inside a transaction that is rolled back, after the
     ``SET LOCAL`` statements the read sent before it (queries.py turns JIT off for the stuck reads)."""
     with psycopg.connect(url) as conn:
         for setting in settings or []:
             conn.execute(setting.encode())
-        rows = conn.execute(("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + query).encode(), params).fetchall()
+        # With costs, PostgreSQL also prints the JIT compilation a plan paid for (COSTS OFF hides it).
+        options = "ANALYZE, BUFFERS" + ("" if costs else ", COSTS OFF")
+        rows = conn.execute((f"EXPLAIN ({options}) " + query).encode(), params).fetchall()
         conn.rollback()
     return "\n".join("    " + r[0] for r in rows)
 
@@ -208,6 +216,38 @@ def rebuild_in_chunks(conn: psycopg.Connection[Any]) -> None:
         db.run(conn, "counts_recount")
 
 
+def settle(conn: psycopg.Connection[Any]) -> None:
+    """Fold what the seed's rows left to fold (the insight deltas of its audit events, the count rows),
+    so that the sweeps timed have nothing to do (the VACUUM after it clears the folded rows)."""
+    from pgbus_flask import attention, insights
+
+    while insights.fold(conn, None)[0]:
+        pass
+    attention.fold(conn)
+    # The seed's attention rebuild added two count rows per ongoing run, and its events one delta each: what
+    # the sweep folded out of them leaves a heap of thousands of empty pages that its folds would then scan
+    # each time (see bench/RESULTS.md). A table the sweep has been folding for a while holds about its keys.
+    conn.execute("VACUUM FULL pgbus_run_counts")
+    conn.execute("VACUUM FULL pgbus_insight_deltas")
+
+
+def reuse(server_url: str, name: str) -> str | None:
+    """The URL of database ``name`` kept by an earlier ``--keep`` run, brought up to the current
+    migrations (then analyzed); None when there is no such database."""
+    from pgbus_flask.migrate import apply
+
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+            return None
+    url = db_url(server_url, name)
+    with psycopg.connect(url, autocommit=True) as conn:
+        apply(conn)
+        settle(conn)
+        conn.execute("VACUUM ANALYZE")
+    print(f"  reusing {name} (kept by an earlier run, migrated)", flush=True)
+    return url
+
+
 def seed(server_url: str, n: int, name: str | None = None) -> str:
     """Seed database ``name`` (default ``pgbus_bench_sweep_N``) with ``SEED`` for ``n`` ongoing runs."""
     name = name or f"{DB_PREFIX}_{n}"
@@ -222,6 +262,7 @@ def seed(server_url: str, n: int, name: str | None = None) -> str:
                          for lo, hi in chunks])
         # The rows went in without the runner: give them the attention columns and counts it keeps.
         rebuild_in_chunks(conn)
+        settle(conn)
         conn.execute("VACUUM ANALYZE")
         counts = conn.execute(
             "SELECT (SELECT count(*) FROM pgbus_workflows), (SELECT count(*) FROM pgbus_workflow_steps),"
@@ -242,23 +283,27 @@ def measure(args: argparse.Namespace, n: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     engines: list[Engine] = []
     try:
-        url = seed(args.server_url, n)
+        name = f"{args.prefix}_{n}"
+        url = (args.reuse and reuse(args.server_url, name)) or seed(args.server_url, n, name)
         engine = Engine(Settings.load({"PGBUS_DATABASE_URL": url, "PGBUS_REDIS_URL": args.redis_url,
-                                       "PGBUS_WAITING_THRESHOLD": 86400}))
+                                       "PGBUS_WAITING_THRESHOLD": 86400, "PGBUS_STALL_THRESHOLD": STALL}))
         engines.append(engine)
         engine.db.pool.wait()
         out["sweep"], report = timed(lambda: sweep.sweep(engine), args.repeat)
         out["report"] = report
-        for part in (sweep._stalled, sweep._overdue, sweep._expired_waits, sweep._lost_children, sweep._retention):
+        for part in sweep.PARTS:
             out[part.__name__] = timed(lambda p=part: p(engine, sweep.SweepReport()), args.repeat)[0]  # type: ignore
         statements = capture_statements(lambda: sweep.sweep(engine))
         out["plans"] = []
-        settings = [q for q, _ in statements if q.startswith("SET LOCAL")]
+        settings = [q for q, _ in statements if q.startswith("SET LOCAL") or "set_config(" in q]
         for query, params in statements:
-            if "advisory" in query or query.startswith("SET LOCAL"):
-                continue
-            out["plans"].append((query, explain(url, query, params, settings)))
+            sent = query.lstrip("( \n").upper().startswith(("SELECT", "WITH", "INSERT", "UPDATE", "DELETE"))
+            if "advisory" in query or query in settings or not sent:
+                continue  # the lock, its transaction's BEGIN and ROLLBACK, the settings
+            out["plans"].append((query, explain(url, query, params, settings, costs=True)))
 
+        if args.sweep_only:
+            return out
         # Every waiting run (on a signal or, since 0007, a batch) is overdue when the waiting threshold is
         # 5 minutes (they have waited 10): the waiting_overdue branch then returns 40% of the ongoing runs.
         overdue_engine = Engine(Settings.load({"PGBUS_DATABASE_URL": url, "PGBUS_REDIS_URL": args.redis_url,
@@ -311,11 +356,13 @@ def measure(args: argparse.Namespace, n: int) -> dict[str, Any]:
         for eng in engines:
             eng.close()
         if not args.keep:
-            drop_database(args.server_url, f"{DB_PREFIX}_{n}")
+            drop_database(args.server_url, f"{args.prefix}_{n}")
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pgbus_flask import sweep
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000,100000", help="ongoing runs to seed, comma-separated")
     parser.add_argument("--repeat", type=int, default=7, help="timed calls per figure (median; one warm-up first)")
@@ -324,18 +371,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plans", choices=("largest", "all", "none"), default="largest",
                         help="print the sweep's plans for the largest size (default), every size, or none")
     parser.add_argument("--keep", action="store_true", help="keep the seeded databases")
+    parser.add_argument("--sweep-only", action="store_true",
+                        help="time the sweep and print its plans, not the dashboard reads")
+    parser.add_argument("--reuse", action="store_true",
+                        help="use the databases an earlier --keep run left (migrated to the current schema) instead of"
+                             " seeding again: before and after a change on the same rows (implies --keep)")
+    parser.add_argument("--prefix", default=DB_PREFIX, help=f"database names: PREFIX_SIZE (default {DB_PREFIX})")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    args.keep = args.keep or args.reuse
     print(f"bench.sweep_cost: sizes {sizes}, median of {args.repeat},"
           f" {datetime.now().astimezone().isoformat(timespec='seconds')}")
     results = {n: measure(args, n) for n in sizes}
 
     names = [f"{n:,} runs" for n in sizes]
     print("\n" + f"{'sweep (nothing to do)':<34}" + "".join(f"{x:>16}" for x in names))
-    for key in ("sweep", "_stalled", "_overdue", "_expired_waits", "_lost_children", "_retention"):
+    for key in ("sweep", *(part.__name__ for part in sweep.PARTS)):
         label = "whole sweep(engine)" if key == "sweep" else f"  part {key.lstrip('_')}"
         print(f"{label:<34}" + "".join(f"{ms(results[n][key]):>16}" for n in sizes))
     print(f"{'  rows it acted on':<34}" + "".join(f"{results[n]['report'].total():>16}" for n in sizes))
+    shown = sizes if args.plans == "all" else sizes[-1:] if args.plans == "largest" else []
+    if args.sweep_only:
+        for n in shown:
+            print(f"\n-- plans of every statement of one sweep at {n:,} runs (EXPLAIN ANALYZE, BUFFERS) --")
+            for query, plan in results[n]["plans"]:
+                print("\n  " + " ".join(query.split())[:300])
+                print(plan)
+        return 0
     print("\n" + f"{'dashboard reads (queries.py)':<48}" + "".join(f"{x:>16}" for x in names))
     for name in results[sizes[0]]["reads"]:
         print(f"{name:<48}" + "".join(f"{ms(results[n]['reads'].get(name, float('nan'))):>16}" for n in sizes))

@@ -92,8 +92,7 @@ def sweep(engine: Engine) -> SweepReport:
                 return SweepReport(ran=False)
             began = time.perf_counter()
             report = SweepReport()
-            for part in (_schedules, _stalled, _overdue, _expired_waits, _lost_children, _child_runs, _retention,
-                         _fold_counts, _fold_insights):
+            for part in PARTS:
                 try:
                     part(engine, report)
                 except Exception as exc:  # one part failing must not stop the others
@@ -111,7 +110,7 @@ def sweep(engine: Engine) -> SweepReport:
                 lock_conn.execute("ROLLBACK")
 
 
-def _ids(engine: Engine, part: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+def _ids(engine: Engine, part: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
     """The rows a part starts from, as tuples, read serially (see sweep_serially in sweep.sql)."""
     with engine.db.connection() as conn, conn.transaction():
         db.run(conn, "sweep_serially")
@@ -139,19 +138,23 @@ def _overdue(engine: Engine, report: SweepReport) -> None:
     holds (not queued, scheduled or running), or holds for a worker that is gone (its key
     expired, or the job started longer than the threshold ago without claiming its step):
     sent again. A step that merely waits its turn in a long queue is left alone, so a backlog
-    never feeds itself. One page of BATCH steps a sweep: one query, two Redis round trips (a
+    never feeds itself. One page of BATCH scheduled steps past the threshold a sweep (a paused
+    run's step, or one sent again lately, takes its place in the page and is skipped, so however
+    many there are a sweep reads one page): one query, two Redis round trips (a
     third for jobs left in RQ's intermediate list) and, if some were lost, one UPDATE and one
     more round trip. The next sweep reads the page after it (from the start once a page comes back
     short), so every overdue step is asked about, even behind a queue nobody serves."""
     threshold = engine.settings.stall_threshold.total_seconds()
-    cursor = engine.sweep_cursors.get("overdue", OVERDUE_START)
-    rows = _ids(engine, "overdue", (threshold, threshold, *cursor, BATCH))
-    statuses = job_statuses(engine.redis, [job_id for _, _, job_id, _ in rows], stale_after=threshold,
+    after_at, after_id = engine.sweep_cursors.get("overdue", OVERDUE_START)
+    page = _ids(engine, "overdue", {"threshold": threshold, "after_at": after_at, "after_id": after_id,
+                                    "limit": BATCH})
+    rows = [(step_id, sends, job_id) for step_id, sends, job_id, _, due in page if due]
+    statuses = job_statuses(engine.redis, [job_id for _, _, job_id in rows], stale_after=threshold,
                             claims_at_start=True)
-    lost = [(step_id, sends, job_id) for step_id, sends, job_id, _ in rows if statuses.get(job_id) not in LIVE]
+    lost = [(step_id, sends, job_id) for step_id, sends, job_id in rows if statuses.get(job_id) not in LIVE]
     report.overdue_live += len(rows) - len(lost)
     report.resent += runner.resend_lost(engine, lost)
-    engine.sweep_cursors["overdue"] = (rows[-1][3], rows[-1][0]) if len(rows) == BATCH else OVERDUE_START
+    engine.sweep_cursors["overdue"] = (page[-1][3], page[-1][0]) if len(page) == BATCH else OVERDUE_START
 
 
 def _expired_waits(engine: Engine, report: SweepReport) -> None:
@@ -168,7 +171,7 @@ def _lost_children(engine: Engine, report: SweepReport) -> None:
     worker died) or no longer exists (Redis lost it): fail or resend them. A cancelled or
     skipped step's children are left alone."""
     threshold = engine.settings.stall_threshold.total_seconds()
-    rows = _ids(engine, "lost_children", (threshold, BATCH))
+    rows = _ids(engine, "lost_children", {"threshold": threshold, "limit": BATCH})
     statuses = job_statuses(engine.redis, [job_id for _, _, job_id, _ in rows], stale_after=threshold)
     resend: dict[tuple[int, str], list[tuple[int, str]]] = {}
     for batch_id, position, job_id, queue in rows:
@@ -223,6 +226,11 @@ def _fold_insights(engine: Engine, report: SweepReport) -> None:
         folded, cursor = insights.fold(conn, engine.sweep_cursors.get("insights"))
     engine.sweep_cursors["insights"] = cursor
     report.insights_folded += folded
+
+
+#: The parts, in the order one sweep runs them.
+PARTS = (_schedules, _stalled, _overdue, _expired_waits, _lost_children, _child_runs, _retention,
+         _fold_counts, _fold_insights)
 
 
 class SweepThread(threading.Thread):

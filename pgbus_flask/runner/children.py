@@ -184,7 +184,8 @@ def sweep_children(engine: Engine, *, older_than: float, limit: int = 500) -> tu
     children of cancelled parents (cancelled now) and steps still waiting on children that all
     ended (settled now). Both reads walk partial indexes of what is pending, not the tables.
     Returns (children cancelled, steps settled)."""
-    with engine.db.connection() as conn:
+    with engine.db.connection() as conn, conn.transaction():
+        db.run(conn, "sweep_serially")  # as the sweep's other reads: no parallel workers, no JIT
         orphans = [r["parent_workflow_id"] for r in db.fetch_all(conn, "orphaned_parents", (older_than, limit))]
         waiting = [(r["workflow_id"], r["id"])
                    for r in db.fetch_all(conn, "unsettled_child_waits", (older_than, limit))]

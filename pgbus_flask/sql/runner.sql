@@ -34,9 +34,13 @@ UPDATE pgbus_workflow_steps SET status = 'cancelled', outcome = 'cancelled', fin
 WHERE workflow_id = %s AND status = ANY(%s);
 
 -- name: close_open_batches
--- Close a run's open fan-out batch: its remaining children will not run.
-UPDATE pgbus_batches SET status = 'finished', finished_at = now()
-WHERE workflow_id = %s AND status = 'open';
+-- Close a run's open fan-out batch: its remaining children will not run, and nothing awaits them (the sweep's lost children no longer read them: pgbus_batch_children_awaited_enqueued).
+WITH closed AS (
+    UPDATE pgbus_batches SET status = 'finished', finished_at = now()
+    WHERE workflow_id = %s AND status = 'open' RETURNING id
+)
+UPDATE pgbus_batch_children SET awaited = false
+WHERE batch_id IN (SELECT id FROM closed) AND status = 'pending';
 
 -- name: schedule_step
 -- A new scheduled attempt of a step, its id drawn first so that its first job id is written with it, due after %(delay)s seconds or at %(at)s when later.

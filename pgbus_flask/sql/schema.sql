@@ -187,12 +187,14 @@ CREATE TABLE pgbus_batch_children (
     error_message text,
     error_code    text,   -- 0006
     error_params  jsonb,
+    awaited       boolean NOT NULL DEFAULT true,  -- 0014: false once its batch closed without it
     PRIMARY KEY (batch_id, position)
 );
 CREATE INDEX pgbus_batch_children_pending
     ON pgbus_batch_children (batch_id) WHERE status = 'pending';
-CREATE INDEX pgbus_batch_children_pending_enqueued
-    ON pgbus_batch_children (enqueued_at) WHERE status = 'pending';
+-- The sweep's lost children: pending ones a step still awaits, by when they were sent (0014).
+CREATE INDEX pgbus_batch_children_awaited_enqueued
+    ON pgbus_batch_children (enqueued_at) WHERE status = 'pending' AND awaited;
 
 -- The audit trail is append-only (see migrations/0003_append_only_events.sql).
 CREATE FUNCTION pgbus_workflow_events_append_only() RETURNS trigger LANGUAGE plpgsql AS $$

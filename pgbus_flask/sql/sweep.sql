@@ -7,8 +7,8 @@
 SELECT pg_try_advisory_xact_lock(%s) AS got;
 
 -- name: sweep_serially
--- The planner cannot tell how many rows are past a deadline and, on a big table, starts parallel workers to find none: a sweep that usually finds nothing reads serially.
-SET LOCAL max_parallel_workers_per_gather = 0;
+-- The planner cannot tell how many rows are past a deadline and, on a big table, starts parallel workers or JIT-compiles the plan (50-200 ms at a million runs) to find none: a sweep that usually finds nothing reads serially and without JIT, for this transaction.
+SELECT set_config('max_parallel_workers_per_gather', '0', true), set_config('jit', 'off', true);
 
 -- name: sweep_stalled
 -- Attempts in progress past their stall deadline, the oldest first (pgbus_workflow_steps_in_progress).
@@ -16,14 +16,19 @@ SELECT id, workflow_id FROM pgbus_workflow_steps WHERE status = 'in_progress'
   AND stall_at < now() ORDER BY stall_at LIMIT %s;
 
 -- name: sweep_overdue
--- Steps of ready runs due and sent longer than the threshold ago (x 2^resends, at most 16x: a step Redis keeps losing is resent less and less often), after the cursor (pgbus_workflow_steps_scheduled).
-SELECT s.id, s.sends, s.job_id, s.scheduled_at FROM pgbus_workflow_steps s
-  JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'ready'
-WHERE s.status = 'scheduled' AND s.scheduled_at < now() - make_interval(secs => %s)
-  AND (s.enqueued_at IS NULL
-       OR s.enqueued_at < now() - make_interval(secs => %s * power(2, least(s.resends, 4))))
-  AND (s.scheduled_at, s.id) > (%s, %s)
-ORDER BY s.scheduled_at, s.id LIMIT %s;
+-- One page of scheduled steps due longer than the threshold ago, after the cursor, in (scheduled_at, id) order (pgbus_workflow_steps_scheduled), each with whether it is overdue (its run looked up step by step): its run is ready and it was sent longer than the threshold ago (x 2^resends, at most 16x: a step Redis keeps losing is resent less and less often). The page is read before the run's status, so the steps of paused runs, which stay scheduled, cost a sweep at most a page however many there are.
+WITH page AS (
+    SELECT s.id, s.workflow_id, s.sends, s.job_id, s.scheduled_at, s.enqueued_at, s.resends
+    FROM pgbus_workflow_steps s
+    WHERE s.status = 'scheduled' AND s.scheduled_at < now() - make_interval(secs => %(threshold)s)
+      AND (s.scheduled_at, s.id) > (%(after_at)s, %(after_id)s)
+    ORDER BY s.scheduled_at, s.id LIMIT %(limit)s
+)
+SELECT p.id, p.sends, p.job_id, p.scheduled_at,
+       (p.enqueued_at IS NULL
+        OR p.enqueued_at < now() - make_interval(secs => %(threshold)s * power(2, least(p.resends, 4))))
+       AND EXISTS (SELECT 1 FROM pgbus_workflows w WHERE w.workflow_id = p.workflow_id AND w.status = 'ready') AS due
+FROM page p ORDER BY p.scheduled_at, p.id;
 
 -- name: sweep_expired_waits
 -- Waits for a signal past their deadline, the oldest first (pgbus_workflow_steps_wait_deadline).
@@ -33,13 +38,19 @@ WHERE s.status = 'waiting' AND s.timeout_at IS NOT NULL AND s.timeout_at < now()
 ORDER BY s.timeout_at LIMIT %s;
 
 -- name: sweep_lost_children
--- Pending children of open batches whose step still waits, sent before the cutoff or never sent (pgbus_batch_children_pending_enqueued).
-SELECT c.batch_id, c.position, c.job_id, b.queue FROM pgbus_batch_children c
-  JOIN pgbus_batches b ON b.id = c.batch_id AND b.status = 'open'
-  JOIN pgbus_workflow_steps s ON s.id = b.step_id AND s.status = 'waiting'
-WHERE c.status = 'pending'
-  AND (c.enqueued_at IS NULL OR c.enqueued_at < now() - make_interval(secs => %s))
-ORDER BY c.batch_id, c.position LIMIT %s;
+-- Pending children of open batches whose step still waits, never sent or sent before the cutoff: two ranges of pgbus_batch_children_awaited_enqueued (NULL, then the oldest first), each joined child by child, so that LIMIT stops it and a sweep with nothing due reads no child.
+(SELECT c.batch_id, c.position, c.job_id, b.queue FROM pgbus_batch_children c
+   JOIN pgbus_batches b ON b.id = c.batch_id AND b.status = 'open'
+   JOIN pgbus_workflow_steps s ON s.id = b.step_id AND s.status = 'waiting'
+ WHERE c.status = 'pending' AND c.awaited AND c.enqueued_at IS NULL
+ LIMIT %(limit)s)
+UNION ALL
+(SELECT c.batch_id, c.position, c.job_id, b.queue FROM pgbus_batch_children c
+   JOIN pgbus_batches b ON b.id = c.batch_id AND b.status = 'open'
+   JOIN pgbus_workflow_steps s ON s.id = b.step_id AND s.status = 'waiting'
+ WHERE c.status = 'pending' AND c.awaited AND c.enqueued_at < now() - make_interval(secs => %(threshold)s)
+ ORDER BY c.enqueued_at LIMIT %(limit)s)
+LIMIT %(limit)s;
 
 -- name: sweep_retention
 -- Delete a batch of finished and cancelled runs older than the retention, the oldest first (pgbus_workflows_terminal_updated); their rows go with them.

@@ -224,3 +224,13 @@ def test_cancelling_a_fanned_out_run_closes_its_batch(engine: Engine) -> None:
     work(engine)  # the queued children find their step cancelled and do nothing
     found = batch_progress(engine, batch["id"])
     assert found is not None and [c["status"] for c in found[1]] == ["pending"] * 3
+    # Nothing awaits them any more: the sweep's lost-children read (pgbus_batch_children_awaited_enqueued)
+    # leaves them out, however long ago they were sent.
+    with engine.db.connection() as conn:
+        conn.execute("UPDATE pgbus_batch_children SET enqueued_at = now() - interval '1 day' WHERE batch_id = %s",
+                     (batch["id"],))
+        awaited = conn.execute("SELECT array_agg(awaited ORDER BY position) FROM pgbus_batch_children"
+                               " WHERE batch_id = %s", (batch["id"],)).fetchone()
+    assert awaited == ([False] * 3,)
+    report = sweep(engine)
+    assert (report.children_failed, report.children_resent) == (0, 0)
