@@ -10,7 +10,7 @@ The script makes a database of its own, starts N ``FiveNoop`` runs with inline c
   imported PGBUS_IMPORT's modules before it forks);
 * ``rq``: a plain ``rq worker`` (RQ's own forking ``Worker``: the parent has no pgbus engine, each
   horse builds one from the PGBUS_* environment); ``rq-preload``: the same with
-  ``-c pgbus_flask.rq_preload`` (the parent builds it once, before it forks);
+  ``-c pgbus_flask.rq_config`` (the parent builds it once, before it forks);
 * ``rq-noop``: RQ's own floor: the same number of independent no-op RQ jobs (``bench.jobs.noop``,
   nothing of pgbus) drained by a plain ``rq worker``.
 
@@ -53,7 +53,7 @@ def _argv(kind: str, redis_url: str) -> list[str]:
     argv = [os.path.join(VENV_BIN, "rq"), "worker", "--burst", "--url", redis_url, "--logging_level", "WARNING",
             "-w", "bench.horse_workers.MeasuredWorker"]
     if kind == "rq-preload":
-        argv += ["-c", "pgbus_flask.rq_preload"]
+        argv += ["-c", "pgbus_flask.rq_config"]
     return [*argv, "bench_noop" if kind == "rq-noop" else "pgbus"]
 
 

@@ -291,6 +291,23 @@ class HorsePool:
                     "requests_num": self._requests, "pool_max": self.max_size}
 
 
+def prepare_for_fork() -> None:
+    """Do once, in a forking worker before it forks, what each horse would otherwise redo: psycopg's
+    parse of every named statement (its cache holds 128 queries; the library has about 110) and the
+    regular expression its array dumper compiles on first use. Opens no connection; best effort (these
+    are psycopg internals: if they move, horses only do the work themselves again)."""
+    try:
+        from psycopg import _queries
+        from psycopg.types import array
+    except ImportError:  # pragma: no cover - psycopg moved them
+        return
+    for text in STATEMENTS.values():
+        with contextlib.suppress(Exception):
+            _queries._query2pg(text.encode("utf-8"), "utf-8")
+    with contextlib.suppress(Exception):
+        array._get_needs_quotes_regexp(b",")
+
+
 #: What :attr:`Database.pool` is: psycopg's pool, or in a forking worker's horse a :class:`HorsePool`.
 Pool = ConnectionPool | HorsePool
 

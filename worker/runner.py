@@ -29,7 +29,7 @@ from typing import Any
 
 from rq.worker import SimpleWorker, Worker
 
-from pgbus_flask import metrics
+from pgbus_flask import db, metrics
 from pgbus_flask.engine import engine_from_environ
 from pgbus_flask.jobs import SHUTTING_DOWN
 from pgbus_flask.sweep import SweepThread
@@ -94,6 +94,10 @@ class PgbusForkWorker(_PgbusMixin, Worker):
 
     #: The file a horse writes its observations to: set before each fork, read once the horse ended.
     _metrics_file: int | None = None
+
+    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
+        super().bootstrap(*args, **kwargs)
+        db.prepare_for_fork()  # once here, not in every horse
 
     def execute_job(self, job: Any, queue: Any) -> None:
         try:
