@@ -17,9 +17,11 @@ The script makes a database of its own, starts N ``FiveNoop`` runs with inline c
 Each worker is ``bench.horse_workers``' measured subclass: per job, the horse's CPU (from
 ``wait4``), its parent's CPU for the job, and the wall time from fork to reap. The database's
 ``sessions`` counter (pg_stat_database) says how many PostgreSQL connections the horses opened
-per job. With ``--profile`` every horse runs under cProfile and the summed profile is printed
-(in CPU seconds; cProfile slows the horse down: its times are for where, not how much). Figures are printed,
-never asserted; the database is dropped and the Redis database flushed at the end.
+per job. ``--pgbouncer session`` (or ``transaction``) puts a PgBouncer in front
+(tests/support/pgbouncer.py; its 2 server connections then serve every horse). With ``--profile``
+every horse runs under cProfile and the summed profile is printed (in CPU seconds; cProfile slows
+the horse down: its times are for where, not how much). Figures are printed, never asserted; the
+database is dropped and the Redis database flushed at the end.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ def measure(args: argparse.Namespace, kind: str, profile_dir: str | None) -> dic
     redis.flushdb()
     settings = {"PGBUS_DATABASE_URL": db, "PGBUS_REDIS_URL": args.redis_url, "PGBUS_INLINE_STEPS": "0"}
     engine = Engine(Settings.load(settings)).make_default()
+    stack = contextlib.ExitStack()
     try:
         if kind == "rq-noop":
             from rq import Queue
@@ -93,6 +96,14 @@ def measure(args: argparse.Namespace, kind: str, profile_dir: str | None) -> dic
         with tempfile.NamedTemporaryFile(prefix="pgbus-horse-", suffix=".jsonl", delete=False) as fh:
             out = fh.name
         env = {k: v for k, v in os.environ.items() if not k.startswith("PGBUS_")}
+        if args.pgbouncer:
+            from tests.support.pgbouncer import PgBouncer, pgbouncer_binary
+
+            binary = pgbouncer_binary()
+            assert binary, "--pgbouncer: no pgbouncer binary (apt-get install pgbouncer)"
+            bouncer = stack.enter_context(contextlib.closing(_Bouncer(PgBouncer(binary, db, pool_mode=args.pgbouncer))))
+            settings = {**settings, "PGBUS_DATABASE_URL": bouncer.url,
+                        "PGBUS_DATABASE_POOLER": "transaction" if args.pgbouncer == "transaction" else "session"}
         env.update(settings, PGBUS_IMPORT="tests.workflows", BENCH_HORSE_OUT=out,
                    PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""))
         if profile_dir:
@@ -113,6 +124,7 @@ def measure(args: argparse.Namespace, kind: str, profile_dir: str | None) -> dic
             completed = len(rows) if kind == "rq-noop" else conn.execute(
                 "SELECT count(*) FROM pgbus_workflow_steps WHERE status = 'completed'").fetchone()[0]  # type: ignore[index]
     finally:
+        stack.close()
         engine.close()
         redis.flushdb()
         redis.close()
@@ -139,6 +151,18 @@ def measure(args: argparse.Namespace, kind: str, profile_dir: str | None) -> dic
     }
 
 
+class _Bouncer:
+    """A started PgBouncer, stopped by close()."""
+
+    def __init__(self, bouncer: Any) -> None:
+        self.bouncer = bouncer
+        bouncer.start()
+        self.url = bouncer.url
+
+    def close(self) -> None:
+        self.bouncer.stop()
+
+
 def print_profile(folder: str, top: int) -> None:
     files = [os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".prof")]
     if not files:
@@ -162,12 +186,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="run every horse under cProfile, print the sum")
     parser.add_argument("--profile-dir", help="keep the horses' profiles in this folder (with --profile)")
     parser.add_argument("--top", type=int, default=40, help="profile lines to print")
+    parser.add_argument("--pgbouncer", choices=("session", "transaction"),
+                        help="put a PgBouncer in this pool mode between the workers and PostgreSQL")
     parser.add_argument("--server-url", default=DEFAULT_SERVER)
     parser.add_argument("--redis-url", default=DEFAULT_REDIS, help="a Redis database of the benchmark's own (flushed)")
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args(argv)
     kinds = KINDS if args.kind == "all" else (args.kind,)
     print(f"bench.horse: {args.runs} runs x 5 one-step jobs, one burst worker, {os.cpu_count()} cores,"
+          f"{' through PgBouncer (' + args.pgbouncer + ' mode),' if args.pgbouncer else ''}"
           f" load average {os.getloadavg()[0]:.2f}")
     results = []
     for _ in range(args.repeat):

@@ -41,11 +41,15 @@ def engine_for(db: str, redis_url: str, inline: bool = True) -> Any:
 #: ``worker_class`` of :func:`pgbus_live` for a plain ``rq worker`` (RQ's forking Worker, no ``-w``):
 #: its horses build their engine from the PGBUS_* environment.
 PLAIN_RQ_WORKER = "rq worker"
+#: The same with ``-c pgbus_flask.rq_config``: the engine built in the parent, before it forks.
+PLAIN_RQ_WORKER_CONFIG = "rq worker -c pgbus_flask.rq_config"
 
 
 def pgbus_worker_argv(worker_class: str | None, burst: bool, redis_url: str = "") -> list[str]:
-    if worker_class == PLAIN_RQ_WORKER:
+    if worker_class in (PLAIN_RQ_WORKER, PLAIN_RQ_WORKER_CONFIG):
         argv = [os.path.join(VENV_BIN, "rq"), "worker", "--url", redis_url, "--logging_level", "WARNING"]
+        if worker_class == PLAIN_RQ_WORKER_CONFIG:
+            argv += ["-c", "pgbus_flask.rq_config"]
         return [*argv, "--burst", "pgbus"] if burst else [*argv, "pgbus"]
     argv = [os.path.join(VENV_BIN, "pgbus-worker"), "--log-level", "WARNING"]
     if worker_class:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -53,7 +54,14 @@ from datetime import datetime
 from bench.chain import chain_burst, chain_in_process, chain_live
 from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, ms, pct
 from bench.dbos_steps import dbos_child, dbos_run
-from bench.pgbus_runs import DBOS_DB, PLAIN_RQ_WORKER, pgbus_burst, pgbus_live, start_latency_idle
+from bench.pgbus_runs import (
+    DBOS_DB,
+    PLAIN_RQ_WORKER,
+    PLAIN_RQ_WORKER_CONFIG,
+    pgbus_burst,
+    pgbus_live,
+    start_latency_idle,
+)
 from bench.probes import named_redis
 from bench.report import STEPS, Result, cpu_table, log, ratio, redis_table, table
 from bench.step_costs import in_process, print_in_process, print_round_trips, round_trips
@@ -108,8 +116,8 @@ def fork_phases(args: argparse.Namespace,
                 start_xacts: float | None) -> tuple[list[Result], list[tuple[Result, Result]]]:
     """The forking workers: PgbusForkWorker inline on, off, on with Flask imported; a plain ``rq worker``
     (RQ's Worker, horses building their engine from PGBUS_*); RQ's own chain on RQ's Worker."""
-    log("forking workers: pgbus PgbusForkWorker inline on, off, on with Flask imported; plain rq worker;"
-        " RQ chain Worker")
+    log("forking workers: pgbus PgbusForkWorker inline on, off, on with Flask imported; plain rq worker (and"
+        " with -c pgbus_flask.rq_config); RQ chain Worker")
     fork = argparse.Namespace(**{**vars(args), "runs": min(args.fork_runs, args.runs)})
     fork_class = "pgbus_flask.worker.runner.PgbusForkWorker"
     pf, _ = pgbus_live(fork, f"pgbus ForkWorker, inline on ({fork.runs})", worker_class=fork_class)
@@ -119,11 +127,15 @@ def fork_phases(args: argparse.Namespace,
     pff, _ = pgbus_live(fork, f"pgbus ForkWorker, on, +flask ({fork.runs})", worker_class=fork_class,
                         imports="tests.workflows,flask")
     prq, _ = pgbus_live(fork, f"pgbus plain rq worker, inline on ({fork.runs})", worker_class=PLAIN_RQ_WORKER)
+    ours = [pf, pfo, pff, prq]
+    if importlib.util.find_spec("pgbus_flask.rq_config") is not None:  # not in revisions before it
+        ours.append(pgbus_live(fork, f"pgbus rq worker -c rq_config, on ({fork.runs})",
+                               worker_class=PLAIN_RQ_WORKER_CONFIG)[0])
     cf = chain_live(fork, "rq.worker.Worker", f"RQ chain, Worker (fork) ({fork.runs})")
-    for r in (pf, pfo, pff, prq):
+    for r in ours:
         if r.xacts_per_step is not None and start_xacts is not None:
             r.xacts_steps_only = r.xacts_per_step - start_xacts / STEPS
-    return [pf, pfo, pff, prq, cf], [(pf, cf), (pfo, cf), (pff, cf), (prq, cf)]
+    return [*ours, cf], [(r, cf) for r in ours]
 
 
 def fork_only(args: argparse.Namespace) -> None:
