@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -267,3 +268,24 @@ def test_readme_rq_worker_line_sets_the_url_before_expanding_it() -> None:
     assert uses
     for command in uses:
         assert not re.match(r"^(\w+=\S*\s+)*PGBUS_REDIS_URL=", command), command
+
+
+def test_rq_config_gives_rq_the_redis_url_and_the_workflows_queues(pg_url: str) -> None:
+    """What `rq worker -c pgbus_flask.rq_config` reads: REDIS_URL, or RQ's SENTINEL dict for a Sentinel URL."""
+    show = "import pgbus_flask.rq_config as c; print(repr(getattr(c, 'REDIS_URL', None))); print(repr(c.QUEUES));" \
+           " print(repr(getattr(c, 'SENTINEL', None)))"
+    settings = dict(PGBUS_DATABASE_URL=pg_url, PGBUS_IMPORT="tests.workflows")
+    plain = run_cmd([sys.executable, "-c", show], env(pg_url, "", PGBUS_REDIS_URL="redis://127.0.0.1:6390/3",
+                                                     **settings))
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.splitlines() == ["'redis://127.0.0.1:6390/3'", "['pgbus']", "None"]
+    sentinel = run_cmd([sys.executable, "-c", show], env(
+        pg_url, "", PGBUS_REDIS_URL="redis+sentinel://:pw@h1:26380,h2/mymaster/2?sentinel_password=sp", **settings))
+    assert sentinel.returncode == 0, sentinel.stderr
+    url, queues, found = sentinel.stdout.splitlines()
+    assert url == "None" and queues == "['pgbus']"
+    assert ast.literal_eval(found) == {"INSTANCES": [("h1", 26380), ("h2", 26379)], "MASTER_NAME": "mymaster", "DB": 2,
+                           "USERNAME": None, "PASSWORD": "pw", "SOCKET_TIMEOUT": 30.0,
+                           "SENTINEL_KWARGS": {"password": "sp"}}
+    missing = run_cmd([sys.executable, "-c", show], env(pg_url, ""))
+    assert missing.returncode != 0 and "PGBUS_DATABASE_URL and PGBUS_REDIS_URL" in missing.stderr
