@@ -38,7 +38,19 @@ def engine_for(db: str, redis_url: str, inline: bool = True) -> Any:
     return engine.make_default()
 
 
-def pgbus_worker_argv(worker_class: str | None, burst: bool) -> list[str]:
+#: ``worker_class`` of :func:`pgbus_live` for a plain ``rq worker`` (RQ's forking Worker, no ``-w``):
+#: its horses build their engine from the PGBUS_* environment.
+PLAIN_RQ_WORKER = "rq worker"
+#: The same with ``-c pgbus_flask.rq_config``: the engine built in the parent, before it forks.
+PLAIN_RQ_WORKER_CONFIG = "rq worker -c pgbus_flask.rq_config"
+
+
+def pgbus_worker_argv(worker_class: str | None, burst: bool, redis_url: str = "") -> list[str]:
+    if worker_class in (PLAIN_RQ_WORKER, PLAIN_RQ_WORKER_CONFIG):
+        argv = [os.path.join(VENV_BIN, "rq"), "worker", "--url", redis_url, "--logging_level", "WARNING"]
+        if worker_class == PLAIN_RQ_WORKER_CONFIG:
+            argv += ["-c", "pgbus_flask.rq_config"]
+        return [*argv, "--burst", "pgbus"] if burst else [*argv, "pgbus"]
     argv = [os.path.join(VENV_BIN, "pgbus-worker"), "--log-level", "WARNING"]
     if worker_class:
         argv += ["--worker-class", worker_class]
@@ -90,7 +102,7 @@ def pgbus_live(args: argparse.Namespace, label: str, *, inline: bool = True, wor
         with Processes(on_leftover=lambda pid: stacks.append(f"pid {pid}: {stack_of(pid)}")) as procs, \
                 psycopg.connect(db, autocommit=True) as poll, contextlib.ExitStack() as stack:
             for i in range(args.workers):
-                procs.start(pgbus_worker_argv(worker_class, burst=False),
+                procs.start(pgbus_worker_argv(worker_class, burst=False, redis_url=args.redis_url),
                             env_for(db, args.redis_url, PGBUS_IMPORT=imports, **inline_env(inline)),
                             os.path.join(args.logdir, f"pgbus-{label.replace(' ', '_')}-{i}.log"))
             wait_workers(args.redis_url, args.workers)

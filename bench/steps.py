@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -53,7 +54,14 @@ from datetime import datetime
 from bench.chain import chain_burst, chain_in_process, chain_live
 from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, ms, pct
 from bench.dbos_steps import dbos_child, dbos_run
-from bench.pgbus_runs import DBOS_DB, pgbus_burst, pgbus_live, start_latency_idle
+from bench.pgbus_runs import (
+    DBOS_DB,
+    PLAIN_RQ_WORKER,
+    PLAIN_RQ_WORKER_CONFIG,
+    pgbus_burst,
+    pgbus_live,
+    start_latency_idle,
+)
 from bench.probes import named_redis
 from bench.report import STEPS, Result, cpu_table, log, ratio, redis_table, table
 from bench.step_costs import in_process, print_in_process, print_round_trips, round_trips
@@ -92,6 +100,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-fork", action="store_true", help="skip the forking-worker phases")
     parser.add_argument("--fork-runs", type=int, default=200,
                         help="runs (and chains) for the forking-worker phases (default 200: they are slow)")
+    parser.add_argument("--only-fork", action="store_true",
+                        help="run the forking-worker phases only (no live, in-process, latency or Redis phases)")
     parser.add_argument("--skip-burst", action="store_true", help="skip the burst (left-unfinished) phases")
     parser.add_argument("--small-burst", type=int, default=100,
                         help="also run the burst phases at this size (default 100; 0: no)")
@@ -100,6 +110,49 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dbos-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--dbos-db", default=DBOS_DB, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
+
+
+def fork_phases(args: argparse.Namespace,
+                start_xacts: float | None) -> tuple[list[Result], list[tuple[Result, Result]]]:
+    """The forking workers: PgbusForkWorker inline on, off, on with Flask imported; a plain ``rq worker``
+    (RQ's Worker, horses building their engine from PGBUS_*); RQ's own chain on RQ's Worker."""
+    log("forking workers: pgbus PgbusForkWorker inline on, off, on with Flask imported; plain rq worker (and"
+        " with -c pgbus_flask.rq_config); RQ chain Worker")
+    fork = argparse.Namespace(**{**vars(args), "runs": min(args.fork_runs, args.runs)})
+    fork_class = "pgbus_flask.worker.runner.PgbusForkWorker"
+    pf, _ = pgbus_live(fork, f"pgbus ForkWorker, inline on ({fork.runs})", worker_class=fork_class)
+    pfo, _ = pgbus_live(fork, f"pgbus ForkWorker, inline off ({fork.runs})", worker_class=fork_class,
+                        inline=False)
+    # Flask imported in the worker before it forks: guards finding 1 of bench/RESULTS.md.
+    pff, _ = pgbus_live(fork, f"pgbus ForkWorker, on, +flask ({fork.runs})", worker_class=fork_class,
+                        imports="tests.workflows,flask")
+    prq, _ = pgbus_live(fork, f"pgbus plain rq worker, inline on ({fork.runs})", worker_class=PLAIN_RQ_WORKER)
+    ours = [pf, pfo, pff, prq]
+    if importlib.util.find_spec("pgbus_flask.rq_config") is not None:  # not in revisions before it
+        ours.append(pgbus_live(fork, f"pgbus rq worker -c rq_config, on ({fork.runs})",
+                               worker_class=PLAIN_RQ_WORKER_CONFIG)[0])
+    cf = chain_live(fork, "rq.worker.Worker", f"RQ chain, Worker (fork) ({fork.runs})")
+    for r in ours:
+        if r.xacts_per_step is not None and start_xacts is not None:
+            r.xacts_steps_only = r.xacts_per_step - start_xacts / STEPS
+    return [*ours, cf], [(r, cf) for r in ours]
+
+
+def fork_only(args: argparse.Namespace) -> None:
+    """``--only-fork``: the forking-worker phases and their tables, nothing else."""
+    results, pairs = fork_phases(args, None)
+    print(f"\n=== bench.steps --only-fork, {results[0].steps // STEPS} runs x {STEPS} steps, {args.workers} workers"
+          f" (load average at the end: {os.getloadavg()[0]:.2f}) ===")
+    table(results)
+    print()
+    for a, b in pairs:
+        print(f"ratio {a.name} / {b.name}: {ratio(a, b)}")
+    cpu_table(results)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"when": datetime.now().astimezone().isoformat(timespec="seconds"), "revision": git_revision(),
+                       "runs": args.fork_runs, "workers": args.workers, "results": [r.as_json() for r in results],
+                       "load_end": os.getloadavg()}, fh, indent=1, default=str)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{os.cpu_count()} cores, {datetime.now().astimezone().isoformat(timespec='seconds')},"
               f" load average {os.getloadavg()[0]:.2f}, pgbus-flask at {git_revision()}")
 
+        if args.only_fork:
+            fork_only(args)
+            return 0
         # The live phases first: their figures are the ones other processes disturb most.
         log("live: pgbus inline on, pgbus inline off, RQ chain (SimpleWorker)")
         on, on_lat = pgbus_live(args, "pgbus inline on, SimpleWorker")
@@ -170,21 +226,9 @@ def main(argv: list[str] | None = None) -> int:
                 results += burst
                 pairs += [(burst[0], burst[2]), (burst[1], burst[2])]
         if not args.skip_fork:
-            log("forking workers: pgbus PgbusForkWorker inline on, off, on with Flask imported; RQ chain Worker")
-            fork = argparse.Namespace(**{**vars(args), "runs": min(args.fork_runs, args.runs)})
-            fork_class = "pgbus_flask.worker.runner.PgbusForkWorker"
-            pf, _ = pgbus_live(fork, f"pgbus ForkWorker, inline on ({fork.runs})", worker_class=fork_class)
-            pfo, _ = pgbus_live(fork, f"pgbus ForkWorker, inline off ({fork.runs})", worker_class=fork_class,
-                                inline=False)
-            # Flask imported in the worker before it forks: guards finding 1 of bench/RESULTS.md.
-            pff, _ = pgbus_live(fork, f"pgbus ForkWorker, on, +flask ({fork.runs})", worker_class=fork_class,
-                                imports="tests.workflows,flask")
-            cf = chain_live(fork, "rq.worker.Worker", f"RQ chain, Worker (fork) ({fork.runs})")
-            for r in (pf, pfo, pff):
-                if r.xacts_per_step is not None:
-                    r.xacts_steps_only = r.xacts_per_step - start_xacts / STEPS
-            results += [pf, pfo, pff, cf]
-            pairs += [(pf, cf), (pfo, cf), (pff, cf)]
+            fork_results, fork_pairs = fork_phases(args, start_xacts)
+            results += fork_results
+            pairs += fork_pairs
 
         print(f"\n=== bench.steps, {args.runs} runs x {STEPS} steps, {args.workers} workers"
               f" (load average at the end: {os.getloadavg()[0]:.2f}) ===")

@@ -3,6 +3,8 @@ after-commit callbacks.
 
 The pool is opened lazily in the process that uses it. After a fork (RQ's
 forking worker) the child opens its own pool: no connection crosses a fork.
+A forking worker's horse, which runs one job and exits, gets a :class:`HorsePool`
+instead: no threads, no warm-up, one connection opened when the job first needs it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ log = logging.getLogger("pgbus_flask")
 # Pools left behind by a fork: kept referenced so that garbage collection in
 # the child never closes the parent's sockets.
 _ORPHANED_POOLS: list[ConnectionPool] = []
+_ORPHANED_CONNECTIONS: list[psycopg.Connection[Any]] = []
 
 
 # SQLSTATEs that mean the server is going away or not taking connections: an outage,
@@ -192,6 +195,132 @@ def fetch_all(target: Transaction | psycopg.Connection[Any], name: str | sql.Com
     return run(target, name, params).fetchall()
 
 
+def in_forked_horse() -> bool:
+    """Whether this process is the horse of a forking RQ worker (RQ's ``Worker``, which a plain
+    ``rq worker`` runs, ``PgbusForkWorker``, ``SpawnWorker``), inside the one job it was made for:
+    such a worker sets RQ_JOB_ID to that job's id before the horse starts. Its parent sets it too,
+    but never runs a job itself; a ``SimpleWorker`` does not set it."""
+    job_id = os.environ.get("RQ_JOB_ID")
+    if not job_id:
+        return False
+    from rq import get_current_job
+
+    job = get_current_job()
+    return job is not None and job.id == job_id
+
+
+class HorsePool:
+    """The connections of a process that runs one job and exits (a forking worker's horse).
+
+    What ConnectionPool does for a long-lived process costs a horse more than its job: a probe
+    connection, a connection opened ahead by a pool thread, the scheduler and worker threads.
+    Here a connection is opened in the caller's thread when one is asked for and none is idle,
+    and kept for the next request (up to ``max_size`` idle); a one-step job opens exactly one.
+    Same interface as the part of psycopg_pool's that pgbus uses (connection, getconn/putconn,
+    check, wait, close, get_stats), thread-safe.
+    """
+
+    def __init__(self, url: str, *, max_size: int, kwargs: dict[str, Any], connect_timeout: int = 10) -> None:
+        self.url, self.max_size, self.kwargs, self.connect_timeout = url, max_size, kwargs, connect_timeout
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._lock = threading.Lock()
+        self._opened = self._requests = 0
+        self._closed = False
+
+    def getconn(self, timeout: float | None = None) -> psycopg.Connection[Any]:
+        with self._lock:
+            self._requests += 1
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.closed:
+                    return conn
+        conn = _connect(self.url, connect_timeout=self.connect_timeout, **self.kwargs)
+        with self._lock:
+            self._opened += 1
+        return conn
+
+    def putconn(self, conn: psycopg.Connection[Any]) -> None:
+        """Take ``conn`` back, rolled back to IDLE (as ConnectionPool does) or closed if it cannot be."""
+        status = conn.info.transaction_status
+        if status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+            try:
+                conn.rollback()
+            except psycopg.Error:
+                conn.close()
+        elif status != pq.TransactionStatus.IDLE:  # ACTIVE (returned mid-operation) or UNKNOWN (closed)
+            conn.close()
+        with self._lock:
+            if not conn.closed and not self._closed and len(self._idle) < self.max_size:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    @contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+        conn = self.getconn(timeout)
+        try:
+            yield conn
+        finally:
+            self.putconn(conn)
+
+    def check(self) -> None:
+        """Close the idle connections the server has closed."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            try:
+                conn.execute("")
+            except psycopg.Error:
+                conn.close()
+                continue
+            self.putconn(conn)
+
+    def wait(self, timeout: float = 30.0) -> None:
+        """Nothing to wait for: no connection is opened ahead."""
+
+    def close(self, timeout: float = 5.0) -> None:
+        with self._lock:
+            idle, self._idle, self._closed = self._idle, [], True
+        for conn in idle:
+            conn.close()
+
+    def get_stats(self) -> dict[str, int]:
+        """psycopg_pool's names: connections opened so far, idle now, requests served."""
+        with self._lock:
+            return {"connections_num": self._opened, "pool_available": len(self._idle),
+                    "requests_num": self._requests, "pool_max": self.max_size}
+
+
+def prepare_for_fork() -> None:
+    """Do once, in a forking worker before it forks, what each horse would otherwise redo: psycopg's
+    parse of every named statement (its cache holds 128 queries; the library has about 110) and the
+    regular expression its array dumper compiles on first use. Opens no connection; best effort (these
+    are psycopg internals: if they move, horses only do the work themselves again)."""
+    try:
+        from psycopg import _queries
+        from psycopg.types import array
+    except ImportError:  # pragma: no cover - psycopg moved them
+        return
+    for text in STATEMENTS.values():
+        with contextlib.suppress(Exception):
+            _queries._query2pg(text.encode("utf-8"), "utf-8")
+    with contextlib.suppress(Exception):
+        array._get_needs_quotes_regexp(b",")
+
+
+#: What :attr:`Database.pool` is: psycopg's pool, or in a forking worker's horse a :class:`HorsePool`.
+Pool = ConnectionPool | HorsePool
+
+
+def _connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
+    """One connection, a URL libpq cannot parse named as the setting at fault."""
+    try:
+        return psycopg.connect(url, **kwargs)
+    except psycopg.ProgrammingError as exc:  # libpq could not parse it (and may quote it)
+        raise ConfigError("PGBUS_DATABASE_URL", f"is not a connection string libpq accepts: "
+                                                f"{_first_line(exc)}") from None
+
+
 _current: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar("pgbus_transaction", default=None)
 
 
@@ -207,7 +336,7 @@ class Database:
         self.url = url
         self.max_size = max_size
         self.pooler = pooler
-        self._pool: ConnectionPool | None = None
+        self._pool: Pool | None = None
         self._pid = 0
         self._lock = threading.Lock()
         _DATABASES.add(self)
@@ -218,20 +347,23 @@ class Database:
         return {"prepare_threshold": None} if self.pooler == "transaction" else {}
 
     @property
-    def pool(self) -> ConnectionPool:
+    def pool(self) -> Pool:
         if self._pool is None or self._pid != os.getpid():
             with self._lock:
                 if self._pool is not None and self._pid != os.getpid():
-                    _ORPHANED_POOLS.append(self._pool)
+                    if isinstance(self._pool, ConnectionPool):
+                        _ORPHANED_POOLS.append(self._pool)
+                    else:  # the parent's idle connections: keep them from being closed here
+                        _ORPHANED_CONNECTIONS.extend(self._pool._idle)
                     self._pool = None
+                if self._pool is None and in_forked_horse():
+                    self._pool = HorsePool(self.url, max_size=self.max_size,
+                                           kwargs={"autocommit": True, **self.connect_kwargs})
+                    self._pid = os.getpid()
                 if self._pool is None:
                     # One direct connection first: a refused or unknown server fails at once
                     # instead of after the pool's timeout (a dashboard page should not hang).
-                    try:
-                        psycopg.connect(self.url, connect_timeout=5, **self.connect_kwargs).close()
-                    except psycopg.ProgrammingError as exc:  # libpq could not parse it (and may quote it)
-                        raise ConfigError("PGBUS_DATABASE_URL", f"is not a connection string libpq accepts: "
-                                                                f"{_first_line(exc)}") from None
+                    _connect(self.url, connect_timeout=5, **self.connect_kwargs).close()
                     pool = ConnectionPool(
                         self.url, min_size=1, max_size=self.max_size, open=False,
                         kwargs={"autocommit": True, **self.connect_kwargs}, timeout=10, name="pgbus",

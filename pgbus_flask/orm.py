@@ -32,10 +32,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
 
 from . import db, filters
-from .db import Database, Transaction, current_transaction
+from .db import Database, Pool, Transaction, current_transaction
 from .errors import PgbusError
 
 log = logging.getLogger("pgbus_flask")
@@ -263,7 +262,7 @@ def _held_connection(database: Database, state: _State, session: Any) -> psycopg
 # there waits forever if that code holds the pool's lock): it only queues the connection
 # (SimpleQueue.put is safe there); a thread of pgbus's rolls it back and gives it back.
 
-_dropped: queue.SimpleQueue[tuple[ConnectionPool, psycopg.Connection[Any]]] = queue.SimpleQueue()
+_dropped: queue.SimpleQueue[tuple[Pool, psycopg.Connection[Any]]] = queue.SimpleQueue()
 _reclaimer_pid = 0
 _reclaimer_lock = threading.Lock()
 #: A forked child's copies of the parent's held connections: kept, since closing one would end the
@@ -271,7 +270,7 @@ _reclaimer_lock = threading.Lock()
 _FORKED: list[psycopg.Connection[Any]] = []
 
 
-def _give_back_when_dropped(session: Any, pool: ConnectionPool,
+def _give_back_when_dropped(session: Any, pool: Pool,
                             conn: psycopg.Connection[Any]) -> weakref.finalize[Any, Any]:
     _start_reclaimer()
     finalizer = weakref.finalize(session, _dropped_session, os.getpid(), pool, conn)
@@ -279,7 +278,7 @@ def _give_back_when_dropped(session: Any, pool: ConnectionPool,
     return finalizer
 
 
-def _dropped_session(pid: int, pool: ConnectionPool, conn: psycopg.Connection[Any]) -> None:
+def _dropped_session(pid: int, pool: Pool, conn: psycopg.Connection[Any]) -> None:
     if os.getpid() == pid:
         _dropped.put((pool, conn))
     else:
@@ -297,7 +296,7 @@ def _start_reclaimer() -> None:
             _reclaimer_pid = os.getpid()
 
 
-def _reclaim(dropped: queue.SimpleQueue[tuple[ConnectionPool, psycopg.Connection[Any]]]) -> None:
+def _reclaim(dropped: queue.SimpleQueue[tuple[Pool, psycopg.Connection[Any]]]) -> None:
     while True:
         pool, conn = dropped.get()
         log.warning("pgbus: a SQLAlchemy Session was dropped without commit, rollback or close while "

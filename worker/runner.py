@@ -1,15 +1,18 @@
 """RQ worker classes that run pgbus step jobs and the sweep.
 
 ``PgbusWorker`` (the default) runs jobs in its own process, like RQ's
-``SimpleWorker``: a horse per job costs a fork and a fresh pool connection
-per step (see docs/benchmarks.md), and a step's state lives in PostgreSQL,
+``SimpleWorker``: a horse per job costs a fork and a PostgreSQL connection per
+job (see docs/scaling.md, "Which worker class"), and a step's state lives in PostgreSQL,
 so a crash loses nothing (the sweep finds the stalled attempt). ``PgbusForkWorker`` forks a horse per
-job like RQ's ``Worker`` for steps that must not share a process.
+job like RQ's ``Worker`` for steps that must not share a process; each horse opens one connection
+when its job first needs it (db.HorsePool), and the worker parses the library's statements once,
+before it forks (db.prepare_for_fork).
 
 Both work with the plain ``rq worker -w pgbus_flask.worker.runner.PgbusWorker``
 command too: with no app they build the engine from ``PGBUS_*`` variables. So does
 RQ's own worker class (``rq worker`` with no ``-w``): its horses build the engine
-from the same variables when a step job first needs it, but run no sweep.
+from the same variables when a step job first needs it, but run no sweep; with
+``-c pgbus_flask.rq_config`` the worker builds it once, before it forks.
 
 Metrics (``pgbus-worker --metrics-port``): a ``PgbusWorker`` records its steps'
 observations where they happen. A ``PgbusForkWorker``'s horse keeps them in a
@@ -29,7 +32,7 @@ from typing import Any
 
 from rq.worker import SimpleWorker, Worker
 
-from pgbus_flask import metrics
+from pgbus_flask import db, metrics
 from pgbus_flask.engine import engine_from_environ
 from pgbus_flask.jobs import SHUTTING_DOWN
 from pgbus_flask.sweep import SweepThread
@@ -87,13 +90,17 @@ HORSE_STOP_SIGNAL = signal.SIGUSR2
 
 
 class PgbusForkWorker(_PgbusMixin, Worker):
-    """Forks a horse per job (RQ's default behaviour); pools are reopened in the horse.
+    """Forks a horse per job (RQ's default behaviour); each horse opens its own connection (db.HorsePool).
 
     Each horse hands the metrics it observed to this process in a memory file of its own.
     """
 
     #: The file a horse writes its observations to: set before each fork, read once the horse ended.
     _metrics_file: int | None = None
+
+    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
+        super().bootstrap(*args, **kwargs)
+        db.prepare_for_fork()  # once here, not in every horse
 
     def execute_job(self, job: Any, queue: Any) -> None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -157,6 +158,49 @@ def test_plain_rq_worker_with_rq_default_worker_class(engine: Engine, pg_url: st
     assert len(pids) >= 2  # one horse per job
 
 
+def _sessions_opened_by(pg_url: str, command: list[str], environ: dict[str, str]) -> tuple[int, str]:
+    """Sessions ``command`` opened on the test database (pg_stat_database), once every backend it
+    opened has ended (a backend flushes its statistics before it leaves pg_stat_activity)."""
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # one reader: its own session counts before
+
+        def reading() -> tuple[int, set[int]]:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            pids = {r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                                               " AND pid <> pg_backend_pid()")}
+            row = conn.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()").fetchone()
+            assert row is not None
+            return int(row[0]), pids
+
+        before, present = reading()
+        done = run_cmd(command, environ)
+        assert done.returncode == 0, done.stdout + done.stderr
+        wait_until(lambda: not (reading()[1] - present), timeout=30, message="the worker's backends ended")
+        return reading()[0] - before, done.stdout + done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["pgbus-worker", "rq worker -c pgbus_flask.rq_config"])
+def test_forked_horse_opens_one_connection_for_a_one_step_job(command: str, engine: Engine, pg_url: str,
+                                                              redis_url: str) -> None:
+    """A forking worker's horse opens exactly one PostgreSQL connection for its job, when the job needs it:
+    no probe connection, no pool warm-up (docs/scaling.md, "Which worker class")."""
+    run = ThreeSteps.start(order_id=4)  # inline continuation off: three jobs, one step each
+    settings = dict(PGBUS_DATABASE_URL=pg_url, PGBUS_REDIS_URL=redis_url, PGBUS_IMPORT="tests.workflows",
+                    PGBUS_INLINE_STEPS="0")
+    if command == "pgbus-worker":
+        argv = [bin_path("pgbus-worker"), "--burst", "--no-scheduler", "--no-sweep", "--worker-class",
+                "pgbus_flask.worker.runner.PgbusForkWorker"]
+    else:  # RQ's own forking Worker, the engine built in the parent by the settings module
+        argv = [bin_path("rq"), "worker", "--burst", "-c", "pgbus_flask.rq_config"]
+    opened, output = _sessions_opened_by(pg_url, argv, env(pg_url, redis_url, **settings))
+    assert run.refresh().status == "finished", output
+    horses = {s["worker"].rsplit(":", 1)[-1] for s in run.steps()}
+    assert len(horses) == 3  # one horse per step job
+    assert opened == 3, output  # one connection each, and none in the worker that forks them
+
+
 @pytest.fixture
 def no_default_engine(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A process with no pgbus engine (as a plain `rq worker` horse starts); any engine built
@@ -237,3 +281,24 @@ def test_readme_rq_worker_line_sets_the_url_before_expanding_it() -> None:
     assert uses
     for command in uses:
         assert not re.match(r"^(\w+=\S*\s+)*PGBUS_REDIS_URL=", command), command
+
+
+def test_rq_config_gives_rq_the_redis_url_and_the_workflows_queues(pg_url: str) -> None:
+    """What `rq worker -c pgbus_flask.rq_config` reads: REDIS_URL, or RQ's SENTINEL dict for a Sentinel URL."""
+    show = "import pgbus_flask.rq_config as c; print(repr(getattr(c, 'REDIS_URL', None))); print(repr(c.QUEUES));" \
+           " print(repr(getattr(c, 'SENTINEL', None)))"
+    settings = dict(PGBUS_DATABASE_URL=pg_url, PGBUS_IMPORT="tests.workflows")
+    plain = run_cmd([sys.executable, "-c", show], env(pg_url, "", PGBUS_REDIS_URL="redis://127.0.0.1:6390/3",
+                                                     **settings))
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.splitlines() == ["'redis://127.0.0.1:6390/3'", "['pgbus']", "None"]
+    sentinel = run_cmd([sys.executable, "-c", show], env(
+        pg_url, "", PGBUS_REDIS_URL="redis+sentinel://:pw@h1:26380,h2/mymaster/2?sentinel_password=sp", **settings))
+    assert sentinel.returncode == 0, sentinel.stderr
+    url, queues, found = sentinel.stdout.splitlines()
+    assert url == "None" and queues == "['pgbus']"
+    assert ast.literal_eval(found) == {"INSTANCES": [("h1", 26380), ("h2", 26379)], "MASTER_NAME": "mymaster", "DB": 2,
+                           "USERNAME": None, "PASSWORD": "pw", "SOCKET_TIMEOUT": 30.0,
+                           "SENTINEL_KWARGS": {"password": "sp"}}
+    missing = run_cmd([sys.executable, "-c", show], env(pg_url, ""))
+    assert missing.returncode != 0 and "PGBUS_DATABASE_URL and PGBUS_REDIS_URL" in missing.stderr
