@@ -22,14 +22,16 @@ PARAMS: dict[str, tuple[Any, ...]] = {
     "overdue": (300.0, 300.0, *OVERDUE_START, BATCH),
     "expired_waits": (BATCH,),
     "lost_children": (300.0, BATCH),
-    "retention": (30 * 86400.0, DELETE_BATCH),
+    "retention_finished": (30 * 86400.0, DELETE_BATCH),
+    "retention_cancelled": (30 * 86400.0, DELETE_BATCH),
 }
 INDEX = {
     "stalled": "pgbus_workflow_steps_in_progress",
     "overdue": "pgbus_workflow_steps_scheduled",
     "expired_waits": "pgbus_workflow_steps_wait_deadline",
     "lost_children": "pgbus_batch_children_pending_enqueued",
-    "retention": "pgbus_workflows_terminal_updated",
+    "retention_finished": "pgbus_workflows_finished_updated",
+    "retention_cancelled": "pgbus_workflows_cancelled_updated",
 }
 
 
