@@ -49,6 +49,7 @@ from psycopg.types.json import Jsonb
 from bench.chain import flush_redis, wait_workers
 from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, Processes, create_database, drop_database, env_for
 from bench.pgbus_runs import pgbus_worker_argv
+from bench.probes import CpuMeter
 from bench.report import STEPS, log
 
 DAY = 86_400
@@ -222,8 +223,34 @@ def vacuum_counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
     return {name: int(count) for name, count in rows}
 
 
+#: Transactions that keep VACUUM of this database from removing rows deleted at xid %(mark)s: any that had an
+#: xid by then (in any database: every snapshot taken here counts it as running), or a snapshot here older.
+HOLDERS = """
+SELECT datname, backend_type, now() - xact_start AS open_for, left(query, 60) AS query FROM pg_stat_activity
+WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'
+  AND ((backend_xid IS NOT NULL AND age(backend_xid) >= age(%(mark)s::text::xid))
+       OR (datname = current_database() AND backend_xmin IS NOT NULL AND age(backend_xmin) >= age(%(mark)s::text::xid)))
+"""
+
+
+def wait_for_horizon(conn: psycopg.Connection[Any], timeout: float) -> str:
+    """Wait until no transaction on the server is older than now: till then VACUUM keeps what was deleted
+    (another database's long INSERT holds it back too, as other benchmarks' seeds do on a shared server)."""
+    mark = conn.execute("SELECT pg_current_xact_id()::text").fetchone()[0]  # type: ignore[index]
+    began = time.monotonic()
+    holders: list[Any] = []
+    while time.monotonic() - began < timeout:
+        holders = conn.execute(HOLDERS, {"mark": mark}).fetchall()
+        if not holders:
+            return f"older transactions ended after {time.monotonic() - began:.0f} s"
+        time.sleep(2)
+    return f"still held after {timeout:.0f} s by {holders[:3]}"
+
+
 def wait_for_vacuum(conn: psycopg.Connection[Any], before: dict[str, int], timeout: float) -> str:
     """Wait until autovacuum visited each big table since ``before``; VACUUM those it did not reach."""
+    horizon = wait_for_horizon(conn, 900)
+    log(f"  vacuum horizon: {horizon}")
     began = time.monotonic()
     while time.monotonic() - began < timeout:
         now = vacuum_counts(conn)
@@ -326,15 +353,28 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"cycle {cycle}: seeding {args.runs:,} finished runs")
                 seeded = seed(url, cycle, args.runs, DAY + args.margin, events, digest)
                 log(f"cycle {cycle}: seeded in {seeded:.0f} s; measuring {args.window:.0f} s before the deletion")
+                meter = CpuMeter([p.pid for p in procs.procs], args.server_url, name)
                 t0 = time.monotonic()
+                meter.start()
                 time.sleep(args.window)
+                cpu_before = meter.stop()
                 t1 = time.monotonic()
                 vacuums = vacuum_counts(conn)
+                meter.start()
                 seconds, deleted, sweeps, took = delete_all(engine, args.pause)
+                cpu_during = meter.stop()
                 t2 = time.monotonic()
                 log(f"cycle {cycle}: {deleted:,} runs deleted in {seconds:.0f} s by {sweeps} sweeps")
                 during = feeder.rate(t1, t2)
                 before = feeder.rate(t0, t1)
+                log(f"cycle {cycle}: steps/s before {before:.0f}, during {during:.0f}"
+                    f" ({1 - during / before:.0%} less), fewest runs ongoing {feeder.least_ongoing(t0, t2)}")
+                pg_before = (cpu_before["postgres"] or 0) / (t1 - t0)
+                pg_during = (cpu_during["postgres"] or 0) / seconds
+                log(f"cycle {cycle}: PostgreSQL cores busy (this database) before {pg_before:.2f}, during"
+                    f" {pg_during:.2f}: about {1000 * (pg_during - pg_before) * seconds / max(deleted, 1):.2f} ms of"
+                    f" PostgreSQL CPU per run deleted; other processes kept {cpu_before['others_cores'] or 0:.2f}"
+                    f" and {cpu_during['others_cores'] or 0:.2f} cores busy")
                 vacuum = wait_for_vacuum(conn, vacuums, args.vacuum_wait)
                 log(f"cycle {cycle}: {vacuum}")
                 if feeder.error:
