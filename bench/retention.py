@@ -15,7 +15,8 @@ What it does, on a database of its own (``pgbus_bench_retention_<runs>``, or ``-
   and the audit events a real ``FiveNoop`` run of this database wrote (copied from one), their
   ``updated_at`` spread over a day ending ``--margin`` before the retention of 1 day (seeded with
   ``INSERT ... SELECT generate_series`` in transactions of 50,000 runs, oldest first, as time
-  would have added them); ``VACUUM (ANALYZE)``; steps/s over ``--window`` seconds ("before"); then
+  would have added them, while the feeder waits and the workers' runs are all done, so that no
+  row of today's falls among the day's); ``VACUUM (ANALYZE)``; steps/s over ``--window`` seconds ("before"); then
   calls ``pgbus_flask.sweep.sweep(engine)`` back to back (``--pause`` seconds apart) until one
   deletes nothing, with ``DELETE_BATCH=--batch`` and ``DELETE_ROUNDS=--rounds``: steps/s
   meanwhile ("during"), how long it took, the slowest DELETE statement; then waits up to
@@ -110,6 +111,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--margin", type=float, default=600.0, help="seconds the newest seeded run is past retention")
     parser.add_argument("--vacuum-wait", type=float, default=600.0,
                         help="seconds to wait for autovacuum after a deletion before running VACUUM (600)")
+    parser.add_argument("--horizon-wait", type=float, default=900.0,
+                        help="seconds to wait for older transactions on the server to end before that (900)")
     parser.add_argument("--name", default=None, help="database name (pgbus_bench_retention_<runs>)")
     parser.add_argument("--keep", action="store_true", help="keep the database at the end")
     parser.add_argument("--server-url", default=DEFAULT_SERVER, help="a PostgreSQL URL (its database is not used)")
@@ -127,6 +130,7 @@ class Throughput(threading.Thread):
         self.samples: list[tuple[float, int]] = []
         self.ongoing: list[tuple[float, int]] = []
         self.stopping = threading.Event()
+        self.paused = threading.Event()
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -142,10 +146,10 @@ class Throughput(threading.Thread):
                     if now - last >= 1.0:
                         self.samples.append((now, self.started - ongoing))
                         last = now
-                    for _ in range(min(self.backlog - ongoing, 100)):
+                    for _ in range(0 if self.paused.is_set() else min(self.backlog - ongoing, 100)):
                         FiveNoop.start(self.started)
                         self.started += 1
-                    if ongoing >= self.backlog:
+                    if ongoing >= self.backlog or self.paused.is_set():
                         self.stopping.wait(0.05)
         except BaseException as exc:  # reported by the main thread
             self.error = exc
@@ -247,9 +251,9 @@ def wait_for_horizon(conn: psycopg.Connection[Any], timeout: float) -> str:
     return f"still held after {timeout:.0f} s by {holders[:3]}"
 
 
-def wait_for_vacuum(conn: psycopg.Connection[Any], before: dict[str, int], timeout: float) -> str:
+def wait_for_vacuum(conn: psycopg.Connection[Any], before: dict[str, int], timeout: float, horizon_wait: float) -> str:
     """Wait until autovacuum visited each big table since ``before``; VACUUM those it did not reach."""
-    horizon = wait_for_horizon(conn, 900)
+    horizon = wait_for_horizon(conn, horizon_wait)
     log(f"  vacuum horizon: {horizon}")
     began = time.monotonic()
     while time.monotonic() - began < timeout:
@@ -350,8 +354,16 @@ def main(argv: list[str] | None = None) -> int:
             log(f"workers up; a FiveNoop run writes {len(events)} audit events: seeded runs get the same")
             print_sizes("before the first seed", sizes(conn, stattuple))
             for cycle in range(1, args.cycles + 1):
-                log(f"cycle {cycle}: seeding {args.runs:,} finished runs")
+                # The day seeded went in a day ago, after the runs before it and before the workers' runs
+                # of today: it waits for the workers' runs to finish, so that their rows do not fall among
+                # the day's in the tables and indexes (where they would keep the day's pages from being freed).
+                log(f"cycle {cycle}: seeding {args.runs:,} finished runs once the workers' runs are done")
+                feeder.paused.set()
+                while int(conn.execute(ONGOING).fetchone()[0]):  # type: ignore[index]
+                    time.sleep(0.5)
                 seeded = seed(url, cycle, args.runs, DAY + args.margin, events, digest)
+                feeder.paused.clear()
+                time.sleep(5)  # the backlog fills again
                 log(f"cycle {cycle}: seeded in {seeded:.0f} s; measuring {args.window:.0f} s before the deletion")
                 meter = CpuMeter([p.pid for p in procs.procs], args.server_url, name)
                 t0 = time.monotonic()
@@ -375,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
                     f" {pg_during:.2f}: about {1000 * (pg_during - pg_before) * seconds / max(deleted, 1):.2f} ms of"
                     f" PostgreSQL CPU per run deleted; other processes kept {cpu_before['others_cores'] or 0:.2f}"
                     f" and {cpu_during['others_cores'] or 0:.2f} cores busy")
-                vacuum = wait_for_vacuum(conn, vacuums, args.vacuum_wait)
+                vacuum = wait_for_vacuum(conn, vacuums, args.vacuum_wait, args.horizon_wait)
                 log(f"cycle {cycle}: {vacuum}")
                 if feeder.error:
                     raise RuntimeError(f"the feeder failed: {feeder.error!r}")
