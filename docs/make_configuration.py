@@ -43,8 +43,14 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      "Each worker runs the sweep every `PGBUS_SWEEP_INTERVAL`, one at a time across machines (what it"
      " does: [architecture.md](architecture.md#the-sweep)). The"
      " thresholds decide when a run is called stuck: the dashboard, `flask pgbus attention` and the"
-     " metrics show those runs.",
-     ("PGBUS_SWEEP_INTERVAL", "PGBUS_STALL_THRESHOLD", "PGBUS_WAITING_THRESHOLD", "PGBUS_RETENTION")),
+     " metrics show those runs. Retention: the sweep deletes finished runs older than"
+     " `PGBUS_RETENTION_FINISHED` and cancelled ones older than `PGBUS_RETENTION_CANCELLED`, each"
+     " `PGBUS_RETENTION` unless set (`\"forever\"` or None keeps them); a run's age counts from its last change."
+     " Paused runs, those whose step failed among them, are never deleted: a person ends them (cancel, skip,"
+     " resume), and their retention counts from then. A child run is a run of its own, kept by its own"
+     " status.",
+     ("PGBUS_SWEEP_INTERVAL", "PGBUS_STALL_THRESHOLD", "PGBUS_WAITING_THRESHOLD", "PGBUS_RETENTION",
+      "PGBUS_RETENTION_FINISHED", "PGBUS_RETENTION_CANCELLED")),
     ("Dashboard",
      "`PgBus(app)` mounts the dashboard at `PGBUS_DASHBOARD_PREFIX`. It refuses to serve unless"
      " `PGBUS_DASHBOARD_AUTH` is set, the app is in debug or testing mode, or `PGBUS_DASHBOARD_PUBLIC` is true."

@@ -32,6 +32,11 @@ class Key:
     kind: str  # how the value is parsed and checked: see PARSERS
 
 
+#: The default of PGBUS_RETENTION_FINISHED and PGBUS_RETENTION_CANCELLED: PGBUS_RETENTION's value.
+INHERIT = "PGBUS_RETENTION"
+#: What PGBUS_RETENTION and the two above take for "never delete" (besides None and "").
+FOREVER = "forever"
+
 KEYS: tuple[Key, ...] = (
     Key("PGBUS_DATABASE_URL", None, "PostgreSQL URL holding all workflow state (postgresql://...)", "pg_url"),
     Key("PGBUS_REDIS_URL", None, "Redis URL for RQ's queues (redis://, rediss:// or unix://), or Redis Sentinel's"
@@ -55,7 +60,15 @@ KEYS: tuple[Key, ...] = (
         "a step job starts no inline step after running this long (RQ's job timeout grows by it)", "duration"),
     Key("PGBUS_SWEEP_INTERVAL", timedelta(seconds=30), "how often each worker runs the sweep", "duration"),
     Key("PGBUS_RETENTION", timedelta(days=30),
-        "finished and cancelled runs older than this are deleted by the sweep (None: keep)", "opt_duration"),
+        "finished and cancelled runs older than this (since their last change) are deleted by the sweep, with their"
+        " steps, audit trail, signals and fan-out batches ('forever' or None: keep them); the default of the two"
+        " below", "retention"),
+    Key("PGBUS_RETENTION_FINISHED", INHERIT,
+        "finished runs older than this are deleted ('forever' or None: keep them)", "retention"),
+    Key("PGBUS_RETENTION_CANCELLED", INHERIT,
+        "cancelled runs older than this are deleted: cancelled by a person, by a step's on_error='cancel' or with"
+        " their parent ('forever' or None: keep them). Paused runs, failed ones among them, are never deleted",
+        "retention"),
     Key("PGBUS_WORKER_CLASS", "pgbus_flask.worker.runner.PgbusWorker",
         "dotted path of the RQ worker class pgbus-worker runs", "name"),
     Key("PGBUS_DASHBOARD_PREFIX", "/pgbus", "URL prefix of the dashboard blueprint (None: no dashboard)", "prefix"),
@@ -113,7 +126,7 @@ class Settings:
     inline_steps: int
     inline_seconds: timedelta
     sweep_interval: timedelta
-    retention: timedelta | None
+    retention: timedelta | None  # PGBUS_RETENTION; what the sweep applies is retention_finished/_cancelled
     worker_class: str
     dashboard_prefix: str | None
     dashboard_auth: Callable[..., Any] | None
@@ -133,6 +146,9 @@ class Settings:
     dashboard_hosts: tuple[str, ...] = field(default=())
     max_pending_signals: int = 1_000
     database_pooler: str = "session"
+    #: How long the sweep keeps finished and cancelled runs (None: forever), PGBUS_RETENTION where not set.
+    retention_finished: timedelta | None = timedelta(days=30)
+    retention_cancelled: timedelta | None = timedelta(days=30)
 
     @classmethod
     def load(cls, values: Mapping[str, Any]) -> Settings:
@@ -159,6 +175,8 @@ class Settings:
             inline_seconds=parsed["PGBUS_INLINE_SECONDS"],
             sweep_interval=parsed["PGBUS_SWEEP_INTERVAL"],
             retention=parsed["PGBUS_RETENTION"],
+            retention_finished=_inherit(parsed, "PGBUS_RETENTION_FINISHED", "PGBUS_RETENTION"),
+            retention_cancelled=_inherit(parsed, "PGBUS_RETENTION_CANCELLED", "PGBUS_RETENTION"),
             worker_class=parsed["PGBUS_WORKER_CLASS"],
             dashboard_prefix=parsed["PGBUS_DASHBOARD_PREFIX"],
             dashboard_auth=parsed["PGBUS_DASHBOARD_AUTH"],
@@ -194,6 +212,11 @@ class Settings:
             raise ConfigError("PGBUS_DATABASE_URL", "is not set")
         if not self.redis_url:
             raise ConfigError("PGBUS_REDIS_URL", "is not set")
+
+
+def _inherit(parsed: Mapping[str, Any], name: str, default_from: str) -> Any:
+    """``name``'s parsed value, or ``default_from``'s where it was left at INHERIT."""
+    return parsed[default_from] if parsed[name] == INHERIT else parsed[name]
 
 
 #: The shortest PGBUS_METRICS_TOKEN accepted: a bearer token is a password a scraper sends.
@@ -285,6 +308,23 @@ def _seconds(name: str, value: Any) -> timedelta:
     if result <= timedelta(0):
         raise ConfigError(name, f"must be positive, got {value!r}")
     return result
+
+
+def _retention(name: str, value: Any) -> Any:
+    """How long the sweep keeps runs: a positive duration, or None for ever (None, "" or "forever"); for the
+    per-status keys also INHERIT ("PGBUS_RETENTION"), their default: PGBUS_RETENTION's value."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", FOREVER)):
+        return None
+    if isinstance(value, str) and value.strip().upper() == INHERIT and name != INHERIT:
+        return INHERIT
+    if isinstance(value, str):
+        try:
+            float(value.strip())
+        except ValueError:
+            follow = f", {INHERIT!r} (its default: the same as {INHERIT})" if name != INHERIT else ""
+            raise ConfigError(name, f"must be a number of seconds, a timedelta, {FOREVER!r} or None (keep the runs"
+                                    f" for ever){follow}, got {value!r}") from None
+    return _seconds(name, value)
 
 
 def _pg_url(name: str, value: Any) -> str:
@@ -584,6 +624,7 @@ PARSERS: dict[str, Callable[[str, Any], Any]] = {
     "count": _count,
     "duration": _seconds,
     "opt_duration": _seconds,
+    "retention": _retention,
     "refresh": _refresh,
     "prefix": _prefix,
     "opt_callable": _callable,

@@ -45,7 +45,8 @@ FIND = {
     "overdue": "sweep_overdue",
     "expired_waits": "sweep_expired_waits",
     "lost_children": "sweep_lost_children",
-    "retention": "sweep_retention",
+    "retention_finished": "sweep_retention_finished",
+    "retention_cancelled": "sweep_retention_cancelled",
 }
 
 
@@ -199,15 +200,22 @@ def _child_runs(engine: Engine, report: SweepReport) -> None:
 
 
 def _retention(engine: Engine, report: SweepReport) -> None:
-    retention = engine.settings.retention
-    if retention is None:
-        return
-    for _ in range(DELETE_ROUNDS):
-        with engine.db.connection() as conn:
-            deleted = db.run(conn, FIND["retention"], (retention.total_seconds(), DELETE_BATCH)).rowcount
-        report.deleted_runs += deleted
-        if deleted < DELETE_BATCH:
-            return
+    """Finished runs older than PGBUS_RETENTION_FINISHED and cancelled ones older than
+    PGBUS_RETENTION_CANCELLED (each PGBUS_RETENTION unless set; None keeps them): deleted, the oldest
+    first, DELETE_BATCH runs a statement (each its own transaction, so workers wait on no long one)
+    and at most DELETE_ROUNDS statements a status a sweep; their steps, events, signals and batches
+    go with them (ON DELETE CASCADE)."""
+    settings = engine.settings
+    for part, retention in (("retention_finished", settings.retention_finished),
+                            ("retention_cancelled", settings.retention_cancelled)):
+        if retention is None:
+            continue
+        for _ in range(DELETE_ROUNDS):
+            with engine.db.connection() as conn:
+                deleted = db.run(conn, FIND[part], (retention.total_seconds(), DELETE_BATCH)).rowcount
+            report.deleted_runs += deleted
+            if deleted < DELETE_BATCH:
+                break
 
 
 def _fold_counts(engine: Engine, report: SweepReport) -> None:

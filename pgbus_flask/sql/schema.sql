@@ -40,8 +40,9 @@ CREATE INDEX pgbus_workflows_ongoing
 CREATE INDEX pgbus_workflows_status ON pgbus_workflows (status, id);
 CREATE INDEX pgbus_workflows_class_status ON pgbus_workflows (workflow_class, status, id);
 CREATE INDEX pgbus_workflows_subject ON pgbus_workflows (subject_type, subject_id);
-CREATE INDEX pgbus_workflows_terminal_updated
-    ON pgbus_workflows (updated_at) WHERE status IN ('finished', 'cancelled');
+-- What the retention sweep reads, one status at a time (0015).
+CREATE INDEX pgbus_workflows_finished_updated ON pgbus_workflows (updated_at) WHERE status = 'finished';
+CREATE INDEX pgbus_workflows_cancelled_updated ON pgbus_workflows (updated_at) WHERE status = 'cancelled';
 CREATE INDEX pgbus_workflows_attention_paused
     ON pgbus_workflows (workflow_class, current_step, attention_reason, (COALESCE(attention_error_class, '')),
                         attention_since, id)

@@ -52,8 +52,14 @@ UNION ALL
  ORDER BY c.enqueued_at LIMIT %(limit)s)
 LIMIT %(limit)s;
 
--- name: sweep_retention
--- Delete a batch of finished and cancelled runs older than the retention, the oldest first (pgbus_workflows_terminal_updated); their rows go with them.
+-- name: sweep_retention_finished
+-- Delete a batch of finished runs older than PGBUS_RETENTION_FINISHED, the oldest first (pgbus_workflows_finished_updated); their rows go with them.
 DELETE FROM pgbus_workflows WHERE id IN (SELECT id FROM pgbus_workflows
-  WHERE status IN ('finished', 'cancelled') AND updated_at < now() - make_interval(secs => %s)
+  WHERE status = 'finished' AND updated_at < now() - make_interval(secs => %s)
+  ORDER BY updated_at LIMIT %s);
+
+-- name: sweep_retention_cancelled
+-- Delete a batch of cancelled runs older than PGBUS_RETENTION_CANCELLED, the oldest first (pgbus_workflows_cancelled_updated); their rows go with them.
+DELETE FROM pgbus_workflows WHERE id IN (SELECT id FROM pgbus_workflows
+  WHERE status = 'cancelled' AND updated_at < now() - make_interval(secs => %s)
   ORDER BY updated_at LIMIT %s);

@@ -22,14 +22,16 @@ PARAMS: dict[str, tuple[Any, ...] | dict[str, Any]] = {
     "overdue": {"threshold": 300.0, "after_at": OVERDUE_START[0], "after_id": OVERDUE_START[1], "limit": BATCH},
     "expired_waits": (BATCH,),
     "lost_children": {"threshold": 300.0, "limit": BATCH},
-    "retention": (30 * 86400.0, DELETE_BATCH),
+    "retention_finished": (30 * 86400.0, DELETE_BATCH),
+    "retention_cancelled": (30 * 86400.0, DELETE_BATCH),
 }
 INDEX = {
     "stalled": "pgbus_workflow_steps_in_progress",
     "overdue": "pgbus_workflow_steps_scheduled",
     "expired_waits": "pgbus_workflow_steps_wait_deadline",
     "lost_children": "pgbus_batch_children_awaited_enqueued",
-    "retention": "pgbus_workflows_terminal_updated",
+    "retention_finished": "pgbus_workflows_finished_updated",
+    "retention_cancelled": "pgbus_workflows_cancelled_updated",
 }
 
 
