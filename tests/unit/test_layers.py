@@ -39,7 +39,7 @@ LAYERS: list[set[str]] = [
     {"handle", "schedules"},
     {"workflow", "queries", "jobs", "sweep"},
     {"present"},  # what the doors say (sentences, badges, JSON shapes): no door imports another for it
-    {"extension", "cli", "web", "alembic", "worker"},
+    {"extension", "cli", "web", "alembic", "worker", "rq_config"},  # rq_config: `rq worker -c` reads it
     {"mcp_server"},  # the MCP server: on present, like the JSON API and the CLI
     {"__init__"},
     {"demo"},  # the demo app and its workflows, written as an app would: from the package root
