@@ -186,17 +186,21 @@ def assert_one_completed_attempt_per_step(engine: Engine, runs: int, steps_per_r
 def test_the_default_setting_fails_step_jobs_behind_a_transaction_pooler(clean: None, bouncer: PgBouncer,
                                                                           redis_url: str) -> None:
     """The defect as found: psycopg prepares a statement after its fifth run on a connection, and
-    the next run reaches another server connection, where it does not exist."""
+    the next run reaches another server connection, where it does not exist. Which call meets it
+    first depends on which server connection the pooler hands out: a step job, or start() itself."""
     eng = bounced_engine(bouncer, redis_url)
     try:
+        failures: list[str] = []
         for _ in range(20):
-            FiveNoop.start()
+            try:
+                FiveNoop.start()
+            except psycopg.errors.InvalidSqlStatementName as exc:
+                failures.append(str(exc))
         work(eng)
         registry = eng.queue(eng.settings.queue).failed_job_registry
-        assert registry.count > 0, "some step job failed"
         results = [Job.fetch(job_id, connection=eng.redis).latest_result() for job_id in registry.get_job_ids()]
-        failures = [str(result.exc_string) if result else "" for result in results]
-        assert any('prepared statement "_pg3_' in text for text in failures), failures[:1]
+        failures += [str(result.exc_string) if result else "" for result in results]
+        assert any('prepared statement "_pg3_' in text for text in failures), failures[:1] or "nothing failed"
         assert statuses(eng).get("finished", 0) < 20
     finally:
         eng.close()
