@@ -4,6 +4,7 @@ worker processes that are always killed, percentiles.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import signal
@@ -23,6 +24,18 @@ DEFAULT_REDIS = os.environ.get("PGBUS_BENCH_REDIS_URL", "redis://127.0.0.1:6379/
 
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+
+def positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a bench phase with no worker, run or job
+    would measure nothing)."""
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
 
 
 def db_url(server_url: str, name: str) -> str:

@@ -41,7 +41,7 @@ from typing import Any
 
 import psycopg
 
-from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, ROOT, VENV_BIN, create_database, drop_database
+from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, ROOT, VENV_BIN, create_database, drop_database, positive
 from bench.probes import named_redis
 
 DB_NAME = f"pgbus_bench_horse_{os.getpid()}"
@@ -180,7 +180,7 @@ def print_profile(folder: str, top: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=100, help="FiveNoop runs, i.e. 5x as many one-step jobs")
+    parser.add_argument("--runs", type=positive, default=100, help="FiveNoop runs, i.e. 5x as many one-step jobs")
     parser.add_argument("--kind", choices=(*KINDS, "all"), default="all")
     parser.add_argument("--repeat", type=int, default=1, help="measure each kind this many times, alternating")
     parser.add_argument("--profile", action="store_true", help="run every horse under cProfile, print the sum")

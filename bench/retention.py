@@ -48,7 +48,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from bench.chain import flush_redis, wait_workers
-from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, Processes, create_database, drop_database, env_for
+from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, Processes, create_database, drop_database, env_for, positive
 from bench.pgbus_runs import pgbus_worker_argv
 from bench.probes import CpuMeter
 from bench.report import STEPS, log
@@ -90,12 +90,6 @@ FROM generate_series(%(lo)s::int, %(hi)s::int) i
 """
 ONGOING = "SELECT count(*) FROM pgbus_workflows WHERE status IN ('ready', 'running', 'waiting', 'paused')"
 
-
-def positive(text: str) -> int:
-    number = int(text)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
-    return number
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

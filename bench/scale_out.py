@@ -19,20 +19,9 @@ import os
 import tempfile
 from datetime import datetime
 
-from bench.common import DEFAULT_REDIS, DEFAULT_SERVER
+from bench.common import DEFAULT_REDIS, DEFAULT_SERVER, positive
 from bench.pgbus_runs import pgbus_live
 from bench.report import STEPS, Result, log
-
-
-def positive(text: str) -> int:
-    """A whole number of at least 1 (a phase with no worker, or no run, would measure nothing)."""
-    try:
-        number = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
-    return number
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
