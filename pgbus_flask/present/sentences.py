@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from markupsafe import Markup, escape
 
 from .. import payload, states, verbs
-from ..queries import AttentionGroup
+from ..queries import IDS_LIMIT, AttentionGroup
 from ..runner import ResumePlan
 from .state import Presentation
 from .words import C_, N_, Words, bdi, code, isolated, markup
@@ -365,8 +365,19 @@ def humanize(name: str) -> str:
 BULK_ONE = {"resume": N_("Resume this run"), "skip": N_("Skip the step in this run"), "cancel": N_("Cancel this run")}
 
 
-def bulk_button(words: Words, action: str, n: int) -> str:
-    """"Resume these 3 runs", "Resume this run"."""
+#: A bulk verb on a group bigger than one call moves (IDS_LIMIT runs, the oldest stuck first), or
+#: whose count stopped at the cap: how many it moves, never "all".
+BULK_OLDEST = {
+    "resume": N_("Resume the %(num)d oldest of these runs at %(step)s? The others stay as they are."),
+    "skip": N_("Skip %(step)s in the %(num)d oldest of these runs? The others stay as they are."),
+    "cancel": N_("Cancel the %(num)d oldest of these runs at %(step)s? The others stay as they are."),
+}
+
+
+def bulk_button(words: Words, action: str, n: int, capped: bool = False) -> str:
+    """"Resume these 3 runs", "Resume this run"; of a bigger group (or one whose count stopped at
+    the cap, a lower bound), the runs one call moves."""
+    n = IDS_LIMIT if capped else min(n, IDS_LIMIT)
     if n == 1:
         return words.gettext(BULK_ONE[action])
     if action == "resume":
@@ -380,8 +391,11 @@ def bulk_confirm(words: Words, action: str, group: AttentionGroup, to: str = PLA
     """"Resume all 3 runs paused at capture on TimeoutError?", "Skip capture in the run?".
 
     One run has sentences of its own ("all" is never said of one); an overdue or waiting
-    run is not paused, so only the paused groups (an error class) say "paused"."""
+    run is not paused, so only the paused groups (an error class) say "paused". A group bigger
+    than one call moves (or counted only up to the cap) is asked about the oldest IDS_LIMIT runs."""
     n, step, error = group.count, group.step_name, group.error_class
+    if group.capped or n > IDS_LIMIT:
+        return fill(words.ugettext(BULK_OLDEST[action]), to, num=IDS_LIMIT, step=step)
     if n == 1:
         one = {
             ("resume", True): N_("Resume the run paused at %(step)s on %(error)s?"),

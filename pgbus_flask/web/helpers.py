@@ -118,8 +118,8 @@ def audit_sentence(event: Mapping[str, Any], to: str = PLAIN, now: datetime | No
     return sentences.audit_sentence(words(), event, to, now)
 
 
-def bulk_button(action: str, n: int) -> str:
-    return sentences.bulk_button(words(), action, n)
+def bulk_button(action: str, n: int, capped: bool = False) -> str:
+    return sentences.bulk_button(words(), action, n, capped)
 
 
 def bulk_confirm(action: str, group: AttentionGroup, to: str = PLAIN) -> str:

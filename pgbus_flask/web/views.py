@@ -305,7 +305,7 @@ class Pages:
                       "stuck_reason": group.reason, "error_class": group.error_class or "", "reason": reason or ""}
             return render("pgbus/confirm.html", question=helpers.bulk_confirm(action, group, helpers.HTML),
                           target=url_for(".bulk"), fields=fields, back=url_for(".attention"),
-                          submit=helpers.bulk_button(action, group.count)), 200
+                          submit=helpers.bulk_button(action, group.count, group.capped)), 200
         try:
             result = queries.bulk_act(self.engine, action, key, actor=g.pgbus_actor, reason=reason)
         except NOT_INPUT_ERRORS:

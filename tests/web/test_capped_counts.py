@@ -106,3 +106,21 @@ def test_below_the_cap_the_count_is_exact_and_unmarked(app: Flask) -> None:
     assert seen["api_attention"]["groups"][0]["capped"] is False
     assert sample(seen["metrics"], "pgbus_runs_needing_attention") == "3.0"
     assert sample(seen["metrics"], "pgbus_runs_needing_attention_capped") == "0.0"
+
+
+@pytest.mark.settings(**SETTINGS)
+def test_a_capped_group_asks_about_the_runs_one_call_moves_not_all(app: Flask,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bulk verb moves the oldest IDS_LIMIT runs of a group; past the cap the count is a lower bound,
+    so neither the button, the confirm question nor the JSON's confirm says "all 2"."""
+    three_waiting_too_long(app)
+    monkeypatch.setattr(queries, "COUNT_CAP", 2)
+    seen = pages(app)
+    group = re.search(r'data-testid="attention-group".*?</section>', seen["attention"], re.S)
+    assert group
+    words = text_of(group.group(0))
+    assert "Cancel these 500 runs" in words and "all 2" not in words
+    (grp,) = seen["api_attention"]["groups"]
+    assert grp["confirm"]["cancel"] == ("Cancel the 500 oldest of these runs at wait?"
+                                        " The others stay as they are.")
+    assert not any("all 2" in question for question in grp["confirm"].values())
