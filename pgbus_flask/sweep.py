@@ -33,6 +33,8 @@ SWEEP_LOCK = 0x7067627573_02
 BATCH = 500
 #: Where the overdue part starts when it has no cursor: before every step.
 OVERDUE_START = (datetime(1, 1, 1, tzinfo=timezone.utc), 0)
+#: Pages of overdue candidates a sweep reads at most while they hold none that is due.
+OVERDUE_PAGES = 8
 #: Terminal runs deleted per statement, and statements per sweep.
 DELETE_BATCH = 500
 DELETE_ROUNDS = 20
@@ -139,23 +141,29 @@ def _overdue(engine: Engine, report: SweepReport) -> None:
     holds (not queued, scheduled or running), or holds for a worker that is gone (its key
     expired, or the job started longer than the threshold ago without claiming its step):
     sent again. A step that merely waits its turn in a long queue is left alone, so a backlog
-    never feeds itself. One page of BATCH scheduled steps past the threshold a sweep (a paused
-    run's step, or one sent again lately, takes its place in the page and is skipped, so however
-    many there are a sweep reads one page): one query, two Redis round trips (a
+    never feeds itself. One page of BATCH scheduled steps past the threshold at a time (a paused
+    run's step, or one sent again lately, takes its place in the page and is skipped); a full page
+    with none due is followed by the next, up to OVERDUE_PAGES a sweep, so thousands of paused
+    runs delay a lost step by a sweep or two, not thousands / BATCH sweeps. One query a page,
+    two Redis round trips (a
     third for jobs left in RQ's intermediate list) and, if some were lost, one UPDATE and one
     more round trip. The next sweep reads the page after it (from the start once a page comes back
     short), so every overdue step is asked about, even behind a queue nobody serves."""
     threshold = engine.settings.stall_threshold.total_seconds()
-    after_at, after_id = engine.sweep_cursors.get("overdue", OVERDUE_START)
-    page = _ids(engine, "overdue", {"threshold": threshold, "after_at": after_at, "after_id": after_id,
-                                    "limit": BATCH})
-    rows = [(step_id, sends, job_id) for step_id, sends, job_id, _, due in page if due]
+    rows: list[tuple[Any, Any, Any]] = []
+    for _ in range(OVERDUE_PAGES):
+        after_at, after_id = engine.sweep_cursors.get("overdue", OVERDUE_START)
+        page = _ids(engine, "overdue", {"threshold": threshold, "after_at": after_at, "after_id": after_id,
+                                        "limit": BATCH})
+        engine.sweep_cursors["overdue"] = (page[-1][3], page[-1][0]) if len(page) == BATCH else OVERDUE_START
+        rows = [(step_id, sends, job_id) for step_id, sends, job_id, _, due in page if due]
+        if rows or len(page) < BATCH:
+            break
     statuses = job_statuses(engine.redis, [job_id for _, _, job_id in rows], stale_after=threshold,
                             claims_at_start=True)
     lost = [(step_id, sends, job_id) for step_id, sends, job_id in rows if statuses.get(job_id) not in LIVE]
     report.overdue_live += len(rows) - len(lost)
     report.resent += runner.resend_lost(engine, lost)
-    engine.sweep_cursors["overdue"] = (page[-1][3], page[-1][0]) if len(page) == BATCH else OVERDUE_START
 
 
 def _expired_waits(engine: Engine, report: SweepReport) -> None:

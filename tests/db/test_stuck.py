@@ -98,6 +98,27 @@ def test_sweep_resends_overdue_steps_of_ready_runs_only(engine: Engine) -> None:
     assert sweep(engine).resent == 0
 
 
+@pytest.mark.scale  # 1,200 paused runs
+def test_a_lost_step_behind_many_paused_runs_is_resent_in_one_sweep(engine: Engine) -> None:
+    """A run paused while ready keeps its scheduled step, due long ago. 1,200 of them come first in
+    the overdue part's order (more than two pages): one sweep still reaches the lost step after them."""
+    sql(engine, """
+        INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, definition_digest, started_by)
+        SELECT md5('p' || i)::uuid, 'ThreeSteps', 'paused', 'reserve', 'x', 'seed' FROM generate_series(1, 1200) i""")
+    sql(engine, """
+        INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status, scheduled_at,
+                                          enqueued_at)
+        SELECT md5('p' || i)::uuid, 'ThreeSteps', 'reserve', 1, 'scheduled', now() - interval '2 hours',
+               now() - interval '2 hours' FROM generate_series(1, 1200) i""")
+    lost = ThreeSteps.start(order_id=1)
+    engine.redis.flushdb()  # its step job was lost with Redis
+    sql(engine, "UPDATE pgbus_workflow_steps SET scheduled_at = now() - interval '1 hour',"
+                " enqueued_at = now() - interval '1 hour' WHERE workflow_id = %s", lost.workflow_id)
+    assert sweep(engine).resent == 1
+    work(engine)
+    assert lost.refresh().status == "finished"
+
+
 def test_sweep_stalled_attempt_then_resume_and_late_completion(engine: Engine) -> None:
     run = Sleeps.start(seconds=0)
     claim = runner.claim_attempt(engine, run.latest_step["id"], None)  # type: ignore[index]
