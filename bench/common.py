@@ -71,14 +71,16 @@ def bulk_load(conn: psycopg.Connection[Any], chunks: Sequence[bytes]) -> None:
     with conn.transaction():
         for name, _ in indexes:
             conn.execute(f"DROP INDEX {name}")
-    for chunk in chunks:
-        with conn.transaction():
-            conn.execute("SET LOCAL session_replication_role = replica")
-            conn.execute(chunk)
-    conn.execute("SET maintenance_work_mem = '1GB'")
-    for _, definition in indexes:
-        conn.execute(definition.encode())
-    conn.execute("RESET maintenance_work_mem")
+    try:
+        for chunk in chunks:
+            with conn.transaction():
+                conn.execute("SET LOCAL session_replication_role = replica")
+                conn.execute(chunk)
+    finally:  # a seed stopped half way still has its indexes: --reuse would time it without them
+        conn.execute("SET maintenance_work_mem = '1GB'")
+        for _, definition in indexes:
+            conn.execute(definition.encode())
+        conn.execute("RESET maintenance_work_mem")
 
 
 def drop_database(server_url: str, name: str) -> None:

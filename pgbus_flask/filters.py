@@ -28,14 +28,13 @@ def _values(values: Sequence[str]) -> sql.Composable:
 
 #: The runs with a paused stuck reason: the predicate of pgbus_workflows_attention_paused.
 PAUSED = sql.SQL("w.attention_reason IN {}").format(_values(states.PAUSED_REASONS))
-#: The runs overdue and waiting_overdue: a range of pgbus_workflows_attention_due, on the database's
-#: clock unless ``%(now)s`` is given; ``%(stall)s`` and ``%(waiting)s`` are intervals.
-DUE = {
-    "overdue": sql.SQL("w.attention_reason = 'overdue'"
-                       " AND w.attention_since < COALESCE(%(now)s::timestamptz, now()) - %(stall)s::interval"),
-    "waiting_overdue": sql.SQL("w.attention_reason = 'waiting_overdue' AND w.attention_since"
-                               " < COALESCE(%(now)s::timestamptz, now()) - %(waiting)s::interval"),
-}
+#: The cutoff of each due reason: attention_since before it is due (``%(now)s``: None for the
+#: database's now(); ``%(stall)s`` and ``%(waiting)s`` are intervals).
+CUTOFF = {"overdue": "COALESCE(%(now)s::timestamptz, now()) - %(stall)s::interval",
+          "waiting_overdue": "COALESCE(%(now)s::timestamptz, now()) - %(waiting)s::interval"}
+#: The runs overdue and waiting_overdue: a range of pgbus_workflows_attention_due_groups.
+DUE = {reason: sql.SQL(f"w.attention_reason = '{reason}' AND w.attention_since < {cutoff}")
+       for reason, cutoff in CUTOFF.items()}
 #: A count row's class is ``%(cls)s``.
 COUNTS_OF_CLASS = sql.SQL(" AND workflow_class = %(cls)s")
 #: A run's class is ``%(cls)s``.
@@ -60,9 +59,6 @@ def stuck_for(reason: str, due_reasons: Sequence[str]) -> sql.Composable:
 # group the runs due are one range: counted up to ``%(cap)s`` + 1 (LIMIT), the oldest and newest at its ends.
 # What a read costs then grows with the groups and the cap, never with the runs overdue.
 
-#: The cutoff of each due reason: attention_since before it is due (``%(now)s``: None for now()).
-CUTOFF = {"overdue": "COALESCE(%(now)s::timestamptz, now()) - %(stall)s::interval",
-          "waiting_overdue": "COALESCE(%(now)s::timestamptz, now()) - %(waiting)s::interval"}
 _ERROR = "COALESCE(w.attention_error_class, '')"
 
 
