@@ -454,6 +454,19 @@ def sentinel_url(text: str, name: str = "PGBUS_REDIS_URL") -> SentinelURL:
 
 
 #: The keys of RQ's ``SENTINEL`` setting (rq.cli.helpers.get_redis_from_config) that a URL can say.
+#: Seconds a command to the Redis master waits for its answer unless the URL's socket_timeout says otherwise.
+REDIS_SOCKET_TIMEOUT = 30.0
+
+
+def rq_sentinel_settings(where: SentinelURL) -> dict[str, Any]:
+    """A Sentinel URL as RQ's ``SENTINEL`` settings (the inverse of reading them: :func:`_rq_sentinel_settings`)."""
+    sentinel_kwargs = {key: value for key, value in (("username", where.sentinel_username),
+                                                     ("password", where.sentinel_password)) if value}
+    return {"INSTANCES": list(where.sentinels), "MASTER_NAME": where.service, "DB": where.db,
+            "USERNAME": where.username, "PASSWORD": where.password,
+            "SOCKET_TIMEOUT": where.socket_timeout or REDIS_SOCKET_TIMEOUT, "SENTINEL_KWARGS": sentinel_kwargs}
+
+
 _RQ_SENTINEL_KEYS = ("INSTANCES", "MASTER_NAME", "DB", "USERNAME", "PASSWORD", "SOCKET_TIMEOUT", "SSL",
                      "SENTINEL_KWARGS")
 

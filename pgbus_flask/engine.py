@@ -25,7 +25,7 @@ from rq import Queue
 from rq.job import Job, JobStatus
 
 from . import states
-from .config import SentinelURL, Settings, is_sentinel_url, sentinel_url
+from .config import REDIS_SOCKET_TIMEOUT, SentinelURL, Settings, is_sentinel_url, sentinel_url
 from .db import Database
 from .definition import registry
 from .errors import ConfigError, PgbusError
@@ -57,7 +57,7 @@ def sentinel_master(where: SentinelURL) -> Redis:
     ``socket_timeout`` says otherwise; a question to a sentinel waits 5 s at most, then the next
     sentinel is asked.
     """
-    timeout = where.socket_timeout or 30.0
+    timeout = where.socket_timeout or REDIS_SOCKET_TIMEOUT
     sentinel_kwargs: dict[str, Any] = {"socket_connect_timeout": min(timeout, 5.0), "socket_timeout": min(timeout, 5.0)}
     if where.sentinel_username:
         sentinel_kwargs["username"] = where.sentinel_username

@@ -22,6 +22,7 @@ from typing import Any
 from pgbus_flask import db as _db
 from pgbus_flask import jobs as _jobs  # noqa: F401  (imported here, not in every horse)
 from pgbus_flask.config import is_sentinel_url as _is_sentinel_url
+from pgbus_flask.config import rq_sentinel_settings as _rq_sentinel_settings
 from pgbus_flask.config import sentinel_url as _sentinel_url
 from pgbus_flask.engine import engine_from_environ as _engine_from_environ
 
@@ -35,12 +36,7 @@ def _rq_settings() -> dict[str, Any]:
     if not _is_sentinel_url(url):
         out["REDIS_URL"] = url
         return out
-    where = _sentinel_url(url)
-    sentinel_kwargs = {k: v for k, v in (("username", where.sentinel_username),
-                                         ("password", where.sentinel_password)) if v}
-    out["SENTINEL"] = {"INSTANCES": list(where.sentinels), "MASTER_NAME": where.service, "DB": where.db,
-                       "USERNAME": where.username, "PASSWORD": where.password,
-                       "SOCKET_TIMEOUT": where.socket_timeout or 30.0, "SENTINEL_KWARGS": sentinel_kwargs}
+    out["SENTINEL"] = _rq_sentinel_settings(_sentinel_url(url))
     return out
 
 
