@@ -13,7 +13,6 @@ from flask.testing import FlaskClient
 from pgbus_flask import attention
 from pgbus_flask.engine import Engine
 
-
 # A clock time as the pages write it in English: "2:09 PM" today, "Dec 5, 2026, 12:16 AM" on another day (a
 # moment a few minutes away crosses midnight when the suite runs near it).
 CLOCK = r"(?:[A-Z][a-z]{2} \d{1,2}, \d{4}, )?\d{1,2}:\d{2}(?:\s?[AP]M)?"
