@@ -33,6 +33,11 @@ def C_(context: str, message: str) -> tuple[str, str]:
     return context, message
 
 
+def NP_(singular: str, plural: str) -> tuple[str, str]:
+    """Mark a singular and plural pair for extraction (keyword ``NP_:1,2``), said with ``ngettext``."""
+    return singular, plural
+
+
 #: Parameter kinds: a step name of the run's class, or a moment (ISO 8601 with a timezone).
 STEP, MOMENT = "step", "moment"
 #: What the runner function returns: the run (the handle, refreshed) or what it decided (resume's plan).
@@ -50,6 +55,26 @@ class Param:
     help: str
     #: The dashboard's and the JSON API's message when a required one is missing (a msgid).
     missing: str | None = None
+
+
+@dataclass(frozen=True)
+class BulkWords:
+    """A bulk verb's words over an attention group (msgids; pairs are singular and plural, with
+    ``%(num)d``): a paused group has an error class, an overdue or waiting one does not, and one run
+    has sentences of its own ("all" is never said of one)."""
+
+    #: The button on a group of one run.
+    one: str
+    #: The button on several: "Resume these %(num)d runs".
+    button: tuple[str, str]
+    #: The question on one run, paused on ``%(error)s`` / with no error class.
+    one_error: str
+    one_plain: str
+    #: The question on several, paused on ``%(error)s`` / with no error class.
+    many_error: tuple[str, str]
+    many_plain: tuple[str, str]
+    #: The question on a group bigger than one call moves, or whose count stopped at the cap.
+    oldest: str
 
 
 @dataclass(frozen=True)
@@ -89,8 +114,9 @@ class Verb:
     primary: bool = False
     #: It drops work that cannot be got back (a model is told; the dashboard draws it as a warning).
     destructive: bool = False
-    #: Offered over an attention group (the dashboard, the CLI's ``bulk``, the MCP ``bulk`` tool).
-    bulk: bool = False
+    #: Offered over an attention group (the dashboard, the CLI's ``bulk``, the MCP ``bulk`` tool), in
+    #: these words; None: not a bulk verb.
+    bulk: BulkWords | None = None
     #: Built as one generic command, route and tool (the signal has its own, with its payload).
     generic: bool = True
     #: What the typed method returns (RUN or PLAN).
@@ -128,7 +154,14 @@ VERBS: tuple[Verb, ...] = (
          "Resume a paused run as its resume_plan says (show_run): retry the failed step, continue with the next, "
          "keep waiting, or finish the run.",
          C_("action", "Resume"), needs_class=True, needs=(_STEP_EXISTS,),
-         confirm=N_("Resume this %(workflow)s run?"), label_from_plan=True, button=0, primary=True, bulk=True,
+         confirm=N_("Resume this %(workflow)s run?"), label_from_plan=True, button=0, primary=True,
+         bulk=BulkWords(
+             N_("Resume this run"), NP_("Resume %(num)d run", "Resume these %(num)d runs"),
+             N_("Resume the run paused at %(step)s on %(error)s?"), N_("Resume the run paused at %(step)s?"),
+             NP_("Resume %(num)d run paused at %(step)s on %(error)s?",
+                 "Resume all %(num)d runs paused at %(step)s on %(error)s?"),
+             NP_("Resume %(num)d run paused at %(step)s?", "Resume all %(num)d runs paused at %(step)s?"),
+             N_("Resume the %(num)d oldest of these runs at %(step)s? The others stay as they are.")),
          returns=PLAN, shown=0),
     Verb("resume_at", states.ONGOING, "Cancel the open step and run STEP fresh.",
          "Cancel the run's open step and run `step` fresh (a new attempt), then go on from there.",
@@ -154,7 +187,15 @@ VERBS: tuple[Verb, ...] = (
          "or finish the run when it was the last.",
          C_("action", "Skip step"), needs_class=True, needs=(_STEP_EXISTS, "step_to_skip"),
          confirm=N_("Skip %(step)s and go on with the next step?"), children="kept", button=4, destructive=True,
-         bulk=True, shown=4),
+         bulk=BulkWords(
+             N_("Skip the step in this run"),
+             NP_("Skip the step in %(num)d run", "Skip the step in these %(num)d runs"),
+             N_("Skip %(step)s in the run paused there on %(error)s?"), N_("Skip %(step)s in this run?"),
+             NP_("Skip %(step)s in %(num)d run paused there on %(error)s?",
+                 "Skip %(step)s in all %(num)d runs paused there on %(error)s?"),
+             NP_("Skip %(step)s in %(num)d run?", "Skip %(step)s in all %(num)d runs?"),
+             N_("Skip %(step)s in the %(num)d oldest of these runs? The others stay as they are.")),
+         shown=4),
     Verb("rerun", states.TERMINAL, "Run a finished or cancelled run again, from its first step or --step.",
          "Run a finished or cancelled run again, from its first step or from `step`, with new attempts.",
          C_("action", "Rerun"), (Param("step", STEP, False, "the step to start from (default: the first)"),),
@@ -167,7 +208,15 @@ VERBS: tuple[Verb, ...] = (
          confirm=N_("Cancel this %(workflow)s run? Its open step is cancelled and nothing else runs."),
          confirm_no_open_step=N_("Cancel this %(workflow)s run? Nothing else in it runs."),
          label_open_step=N_("Cancel the run and its open step %(step)s"), children="cancelled", button=6,
-         destructive=True, bulk=True, shown=7),
+         destructive=True,
+         bulk=BulkWords(
+             N_("Cancel this run"), NP_("Cancel %(num)d run", "Cancel these %(num)d runs"),
+             N_("Cancel the run paused at %(step)s on %(error)s?"), N_("Cancel the run at %(step)s?"),
+             NP_("Cancel %(num)d run paused at %(step)s on %(error)s?",
+                 "Cancel all %(num)d runs paused at %(step)s on %(error)s?"),
+             NP_("Cancel %(num)d run at %(step)s?", "Cancel all %(num)d runs at %(step)s?"),
+             N_("Cancel the %(num)d oldest of these runs at %(step)s? The others stay as they are.")),
+         shown=7),
     Verb("upgrade", states.ONGOING,
          "Continue a run that started on an older definition of its class on the current one.",
          "Continue a run that started on an older definition of its class (show_run's definition_outdated) on the "
@@ -191,7 +240,7 @@ ALLOWED_FROM: dict[str, tuple[str, ...]] = {verb.name: verb.allowed_from for ver
 #: Verbs that need the workflow class importable here (its step list).
 CLASS_ACTIONS: tuple[str, ...] = tuple(name for name in ACTIONS if BY_NAME[name].needs_class)
 #: The verbs offered over an attention group.
-BULK_ACTIONS: tuple[str, ...] = tuple(name for name in ACTIONS if BY_NAME[name].bulk)
+BULK_ACTIONS: tuple[str, ...] = tuple(name for name in ACTIONS if BY_NAME[name].bulk is not None)
 #: The run page's buttons, in their order.
 DASHBOARD_ACTIONS: tuple[str, ...] = tuple(
     verb.name for verb in sorted((v for v in VERBS if v.button is not None), key=lambda v: v.button or 0))

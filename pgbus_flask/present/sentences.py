@@ -361,17 +361,22 @@ def humanize(name: str) -> str:
     return words[:1].upper() + words[1:]
 
 
-#: The bulk buttons: for one run, and for several.
-BULK_ONE = {"resume": N_("Resume this run"), "skip": N_("Skip the step in this run"), "cancel": N_("Cancel this run")}
+def verb_tone(action: str, primary: bool) -> str:
+    """A verb's button class: "primary" (``primary``: the page's primary button), "danger" when it drops
+    work that cannot be got back (cancel, skip), else none."""
+    return "primary" if primary else "danger" if verbs.BY_NAME[action].destructive else ""
 
 
-#: A bulk verb on a group bigger than one call moves (IDS_LIMIT runs, the oldest stuck first), or
-#: whose count stopped at the cap: how many it moves, never "all".
-BULK_OLDEST = {
-    "resume": N_("Resume the %(num)d oldest of these runs at %(step)s? The others stay as they are."),
-    "skip": N_("Skip %(step)s in the %(num)d oldest of these runs? The others stay as they are."),
-    "cancel": N_("Cancel the %(num)d oldest of these runs at %(step)s? The others stay as they are."),
-}
+def _bulk(action: str) -> verbs.BulkWords:
+    words = verbs.BY_NAME[action].bulk
+    if words is None:
+        raise ValueError(f"{action} is not a bulk verb")
+    return words
+
+
+def bulk_one(words: Words, action: str) -> str:
+    """The bulk button on a group of one run: "Resume this run"."""
+    return words.gettext(_bulk(action).one)
 
 
 def bulk_button(words: Words, action: str, n: int, capped: bool = False) -> str:
@@ -379,12 +384,8 @@ def bulk_button(words: Words, action: str, n: int, capped: bool = False) -> str:
     the cap, a lower bound), the runs one call moves."""
     n = IDS_LIMIT if capped else min(n, IDS_LIMIT)
     if n == 1:
-        return words.gettext(BULK_ONE[action])
-    if action == "resume":
-        return words.ngettext("Resume %(num)d run", "Resume these %(num)d runs", n)
-    if action == "skip":
-        return words.ngettext("Skip the step in %(num)d run", "Skip the step in these %(num)d runs", n)
-    return words.ngettext("Cancel %(num)d run", "Cancel these %(num)d runs", n)
+        return bulk_one(words, action)
+    return words.ngettext(*_bulk(action).button, n)
 
 
 def bulk_confirm(words: Words, action: str, group: AttentionGroup, to: str = PLAIN) -> str:
@@ -393,40 +394,14 @@ def bulk_confirm(words: Words, action: str, group: AttentionGroup, to: str = PLA
     One run has sentences of its own ("all" is never said of one); an overdue or waiting
     run is not paused, so only the paused groups (an error class) say "paused". A group bigger
     than one call moves (or counted only up to the cap) is asked about the oldest IDS_LIMIT runs."""
+    said = _bulk(action)
     n, step, error = group.count, group.step_name, group.error_class
     if group.capped or n > IDS_LIMIT:
-        return fill(words.ugettext(BULK_OLDEST[action]), to, num=IDS_LIMIT, step=step)
+        return fill(words.ugettext(said.oldest), to, num=IDS_LIMIT, step=step)
+    values: dict[str, Any] = {"step": step, "error": error} if error else {"step": step}
     if n == 1:
-        one = {
-            ("resume", True): N_("Resume the run paused at %(step)s on %(error)s?"),
-            ("resume", False): N_("Resume the run paused at %(step)s?"),
-            ("skip", True): N_("Skip %(step)s in the run paused there on %(error)s?"),
-            ("skip", False): N_("Skip %(step)s in this run?"),
-            ("cancel", True): N_("Cancel the run paused at %(step)s on %(error)s?"),
-            ("cancel", False): N_("Cancel the run at %(step)s?"),
-        }
-        values: dict[str, Any] = {"step": step, "error": error} if error else {"step": step}
-        return fill(words.ugettext(one[(action, bool(error))]), to, **values)
-    if action == "resume":
-        if error:
-            return fill(words.ungettext("Resume %(num)d run paused at %(step)s on %(error)s?",
-                                  "Resume all %(num)d runs paused at %(step)s on %(error)s?", n),
-                        to, num=n, step=step, error=error)
-        return fill(words.ungettext("Resume %(num)d run paused at %(step)s?",
-                                    "Resume all %(num)d runs paused at %(step)s?", n), to, num=n, step=step)
-    if action == "skip":
-        if error:
-            return fill(words.ungettext("Skip %(step)s in %(num)d run paused there on %(error)s?",
-                                  "Skip %(step)s in all %(num)d runs paused there on %(error)s?", n),
-                        to, num=n, step=step, error=error)
-        return fill(words.ungettext("Skip %(step)s in %(num)d run?", "Skip %(step)s in all %(num)d runs?", n),
-                    to, num=n, step=step)
-    if error:
-        return fill(words.ungettext("Cancel %(num)d run paused at %(step)s on %(error)s?",
-                              "Cancel all %(num)d runs paused at %(step)s on %(error)s?", n),
-                    to, num=n, step=step, error=error)
-    return fill(words.ungettext("Cancel %(num)d run at %(step)s?", "Cancel all %(num)d runs at %(step)s?", n),
-                to, num=n, step=step)
+        return fill(words.ugettext(said.one_error if error else said.one_plain), to, **values)
+    return fill(words.ungettext(*(said.many_error if error else said.many_plain), n), to, num=n, **values)
 
 
 def action_confirm(words: Words, action: str, workflow_class: str, step: str | None, to: str = PLAIN,

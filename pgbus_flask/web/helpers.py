@@ -15,12 +15,12 @@ from typing import Any
 from flask import url_for
 from markupsafe import Markup
 
+from .. import verbs
 from ..present import sentences
 from ..present.sentences import (
     ACTION_LABELS,
     BADGE_LABELS,
     BULK_BY_REASON,
-    BULK_ONE,
     CHILD_STATUS_LABELS,
     CHILD_TONES,
     DASHBOARD_ACTIONS,
@@ -56,14 +56,15 @@ from ..runner import ResumePlan
 from .i18n import words
 
 __all__ = [
-    "ACTION_LABELS", "BADGE_LABELS", "BULK_BY_REASON", "BULK_ONE", "CHILD_STATUS_LABELS", "CHILD_TONES",
+    "ACTION_LABELS", "BADGE_LABELS", "BULK_BY_REASON", "CHILD_STATUS_LABELS", "CHILD_TONES",
     "DASHBOARD_ACTIONS", "EVENTS_WITH_TIME", "EVENT_LABELS", "HTML", "NEXT_MESSAGES", "PLAIN", "PRIMARY_ACTIONS",
     "RESUME_LABELS", "RUN_STATUS_LABELS", "RUN_STATUS_TONES", "SIGNAL_STATUS_LABELS", "SIGNAL_TONES",
     "STEP_STATUS_LABELS", "STEP_TONES", "STUCK_REASON_LABELS", "STUCK_REASON_TONES", "TEXT", "action_button",
     "action_confirm", "attention_badge", "audit_sentence", "badge", "batch_url", "bulk_button", "bulk_confirm",
+    "bulk_tone",
     "child_badge", "dashboard_actions", "due_moment", "fill", "humanize", "label", "next_sentence",
     "primary_action", "resume_label", "run_badge", "safe_url", "signal_badge", "status_badge", "step_badge",
-    "subject_label", "subject_link",
+    "subject_label", "subject_link", "verb_tone",
 ]
 
 
@@ -120,6 +121,14 @@ def audit_sentence(event: Mapping[str, Any], to: str = PLAIN, now: datetime | No
 
 def bulk_button(action: str, n: int, capped: bool = False) -> str:
     return sentences.bulk_button(words(), action, n, capped)
+
+
+def verb_tone(action: str, primary: bool) -> str:
+    return sentences.verb_tone(action, primary)
+
+
+def bulk_tone(action: str) -> str:
+    return sentences.verb_tone(action, verbs.BY_NAME[action].primary)
 
 
 def bulk_confirm(action: str, group: AttentionGroup, to: str = PLAIN) -> str:

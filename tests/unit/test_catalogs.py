@@ -27,7 +27,8 @@ def load_po(path: Path) -> Catalog:
 def extracted(tmp_path_factory: pytest.TempPathFactory) -> Catalog:
     """What ``pybabel extract -F babel.cfg`` finds in the code and templates now."""
     out = tmp_path_factory.mktemp("pot") / "pgbus.pot"
-    CommandLineInterface().run(["pybabel", "-q", "extract", "-F", str(ROOT / "babel.cfg"), "-k", "C_:1c,2",
+    CommandLineInterface().run(["pybabel", "-q", "extract", "-F", str(ROOT / "babel.cfg"),
+                                "-k", "C_:1c,2", "-k", "NP_:1,2",
                                 "-o", str(out), "--no-wrap", str(ROOT)])
     catalog = load_po(out)
     assert len([m for m in catalog if m.id]) > 100, "extraction found the dashboard's messages"

@@ -255,6 +255,9 @@ def test_attention_page_groups_with_bulk_confirms(app: Flask) -> None:
     assert ('href="/pgbus/runs?workflow_class=FailsUntil&amp;reason=paused_error&amp;step=capture'
             '&amp;error_class=TimeoutError"') in first
     assert re.findall(r'data-testid="bulk-(\w+)"', first) == ["resume", "skip", "cancel"]
+    assert re.findall(r'class="btn ([a-z]*)" data-testid="bulk-(\w+)-submit"', first) == [
+        ("primary", "resume"), ("danger", "skip"), ("danger", "cancel")]
+    assert "Resume these 3 runs" in text_of(first) and "Skip the step in these 3 runs" in text_of(first)
     overdue_group = next(g for g in groups if 'data-reason="overdue"' in g)
     assert re.findall(r'data-testid="bulk-(\w+)"', overdue_group) == ["skip", "cancel"]
     runs = app.test_client().get("/pgbus/runs?workflow_class=FailsUntil&reason=paused_error&step=capture")
@@ -473,7 +476,9 @@ def test_the_primary_button_is_the_resume_plan_and_the_others_say_what_they_canc
     assert buttons(page) == {"resume": "Keep waiting at confirm",
                              "resume_at": "Cancel confirm and resume at the chosen step",
                              "skip": "Skip step", "cancel": "Cancel the run and its open step confirm"}
+    # The verbs that drop work that cannot be got back (the verb table's "destructive") are drawn as a warning.
     assert 'class="btn danger" data-testid="action-cancel-submit"' in page
+    assert 'class="btn danger" data-testid="action-skip-submit"' in page
     assert 'class="btn " data-testid="action-resume_at-submit"' in page
     assert 'data-confirm="Cancel the open step and resume this WaitsForPayment run at the chosen step?"' in page
 
