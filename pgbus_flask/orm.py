@@ -81,7 +81,7 @@ def _driver_connection(session: Any) -> psycopg.Connection[Any]:
         )
     conn = bind.connection.driver_connection
     if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-        conn.execute("SELECT 1")  # psycopg begins SQLAlchemy's transaction now, so what follows nests in it
+        db.run(conn, "begin_now")  # psycopg begins SQLAlchemy's transaction now, so what follows nests in it
     return conn  # type: ignore[no-any-return]
 
 

@@ -75,6 +75,12 @@ def _due_reasons(engine: Engine) -> tuple[str, ...]:
     return ("overdue", "waiting_overdue") if engine.settings.waiting_threshold is not None else ("overdue",)
 
 
+def db_now(engine: Engine) -> datetime:
+    """PostgreSQL's clock (the one every stored time comes from): "overdue" never depends on a host's clock."""
+    with engine.db.connection() as conn:
+        return db.fetch_one(conn, "now")["now"]  # type: ignore[index,no-any-return]
+
+
 def _params(engine: Engine, now: datetime | None, workflow_class: str | None) -> tuple[Row, bool]:
     """The cutoffs of overdue and waiting_overdue as times on the database's clock (``overdue``,
     ``waiting_cutoff``), and whether waiting_overdue counts (a waiting threshold is set): for
@@ -82,10 +88,9 @@ def _params(engine: Engine, now: datetime | None, workflow_class: str | None) ->
     settings = engine.settings
     waiting = settings.waiting_threshold is not None
     params: Row = {"cls": workflow_class}
-    with engine.db.connection() as conn:
-        db_now = now or db.fetch_one(conn, "now")["now"]  # type: ignore[index]
-    params["overdue"] = db_now - settings.stall_threshold
-    params["waiting_cutoff"] = db_now - (settings.waiting_threshold or timedelta(0))
+    moment = now or db_now(engine)
+    params["overdue"] = moment - settings.stall_threshold
+    params["waiting_cutoff"] = moment - (settings.waiting_threshold or timedelta(0))
     return params, waiting
 
 

@@ -59,12 +59,6 @@ def row(values: Mapping[str, Any]) -> dict[str, Any]:
             if key not in ("latest_step", "db_now")}
 
 
-def db_now(engine: Engine) -> datetime:
-    """PostgreSQL's clock (the one every stored time comes from): "overdue" never depends on a host's clock."""
-    with engine.db.connection() as conn:
-        return conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index,no-any-return]
-
-
 def wait_for(engine: Engine, workflow_class: str, step_name: str | None) -> str | None:
     """The signal ``step_name`` of ``workflow_class`` waits for, when the class is known here."""
     klass = runner.load_class(engine, workflow_class)
@@ -114,7 +108,7 @@ def runs(engine: Engine, words: Words, filters: Mapping[str, str | None], before
          limit: int = RUNS_PAGE, now: datetime | None = None) -> dict[str, Any]:
     """A page of the runs list (``filters`` as the dashboard's, keyset cursor ``before``), each run with its
     latest step and presentation, and the next page's cursor."""
-    now = now or db_now(engine)
+    now = now or queries.db_now(engine)
     rows, cursor = queries.list_runs(engine, queries.RunFilter(before=before, limit=limit, **filters))
     found = []
     for values in rows:

@@ -5,6 +5,10 @@
 -- The database's clock: the transaction's start time.
 SELECT now() AS now;
 
+-- name: begin_now
+-- Nothing: a statement that makes psycopg send the BEGIN it holds back (orm.py: a Session's transaction begins now).
+SELECT 1 AS one;
+
 -- name: jit_off
 -- JIT off for the rest of this transaction (a stuck read's plan costs more to compile than to run).
 SET LOCAL jit = off;

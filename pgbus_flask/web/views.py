@@ -89,10 +89,7 @@ class Pages:
     def sync_clock(self, db_now: datetime | None = None) -> None:
         """Use PostgreSQL's clock for this page (the one every stored time comes from), so that
         "overdue" or "possibly stalled" never depends on the web host's clock."""
-        if db_now is None:
-            with self.engine.db.connection() as conn:
-                db_now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
-        g.pgbus_now = db_now
+        g.pgbus_now = db_now or queries.db_now(self.engine)
 
     def klass(self, name: str) -> type[Workflow] | None:
         return runner.load_class(self.engine, name)
