@@ -7,8 +7,10 @@ one blueprint serves every app that registers it.
 
 Every answer but a static file says ``Content-Security-Policy: frame-ancestors 'self'`` and
 ``X-Frame-Options: SAMEORIGIN`` (no other site may frame a page to click its buttons), unless the
-host app set either header itself: :func:`frame_guard` adds them once the host's own
-``after_request`` hooks ran.
+host app said who may frame its pages itself (``X-Frame-Options``, or a policy with a
+``frame-ancestors`` directive): :func:`frame_guard` adds them once the host's own ``after_request``
+hooks ran. A host policy about other things (``default-src 'self'``) is kept, and ours is sent beside
+it as a second policy: a browser enforces both.
 """
 
 from __future__ import annotations
@@ -95,8 +97,16 @@ def frame_guard(sender: Flask, response: Response, **extra: Any) -> None:
     # Sent after every after_request hook, the host app's too: a header it set is seen here and kept.
     if "pgbus" not in sender.extensions or not under_prefix(current_settings()) or request.endpoint == "pgbus.static":
         return
-    if not any(name in response.headers for name in FRAME_HEADERS):
-        response.headers.update(FRAME_HEADERS)
+    policies = response.headers.getlist("Content-Security-Policy")
+    if "X-Frame-Options" in response.headers or any(_says_frame_ancestors(policy) for policy in policies):
+        return
+    for name, value in FRAME_HEADERS.items():
+        response.headers.add(name, value)
+
+
+def _says_frame_ancestors(policy: str) -> bool:
+    """Whether a Content-Security-Policy value has a ``frame-ancestors`` directive."""
+    return any(directive.split()[:1] == ["frame-ancestors"] for directive in policy.lower().split(";"))
 
 
 def connect_frame_guard(state: BlueprintSetupState) -> None:

@@ -625,7 +625,7 @@ def test_pages_may_be_framed_only_by_the_same_origin(app: Flask) -> None:
     assert refused.headers.get("X-Frame-Options") == "SAMEORIGIN"
 
 
-@pytest.mark.parametrize("own", [{"Content-Security-Policy": "default-src 'self'"},
+@pytest.mark.parametrize("own", [{"Content-Security-Policy": "default-src 'self'; Frame-Ancestors https://portal.example"},
                                  {"Content-Security-Policy": "frame-ancestors https://portal.example"},
                                  {"X-Frame-Options": "DENY"}])
 @pytest.mark.parametrize("hook", ["after_request", "view"])
@@ -640,3 +640,21 @@ def test_a_host_apps_own_framing_headers_are_left_alone(app: Flask, own: dict[st
     response = app.test_client().get("/pgbus/")
     assert {name: response.headers.get(name) for name in ("Content-Security-Policy", "X-Frame-Options")} == {
         "Content-Security-Policy": own.get("Content-Security-Policy"), "X-Frame-Options": own.get("X-Frame-Options")}
+
+
+@pytest.mark.parametrize("hook", ["after_request", "view"])
+def test_a_host_policy_that_says_nothing_of_framing_gets_ours_beside_it(app: Flask, hook: str) -> None:
+    """A host app's policy about scripts and styles is not a framing policy: left as it is, with ours
+    sent as a second policy (a browser enforces both), so no other site may frame the dashboard."""
+    own = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:"}
+    if hook == "after_request":
+        @app.after_request
+        def _own_headers(response: Any) -> Any:
+            response.headers.update(own)
+            return response
+    else:
+        app.view_functions["pgbus.overview"] = lambda: ("host page", 200, own)
+    response = app.test_client().get("/pgbus/")
+    assert response.headers.getlist("Content-Security-Policy") == [
+        "default-src 'self'; img-src 'self' data:", "frame-ancestors 'self'"]
+    assert response.headers.get("X-Frame-Options") == "SAMEORIGIN"
