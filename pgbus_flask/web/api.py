@@ -66,6 +66,14 @@ class Api:
                           "status": 404}, 404)
         return reply({"signal": shapes.row(found)})
 
+    def output(self, workflow_id: str, step_name: str) -> Response:
+        """One step's output, whole (what the run page shows cut links here)."""
+        outputs = Run(self.engine, workflow_id).outputs()
+        if step_name not in outputs:
+            return reply({"error": gettext("The run has no output of step %(step)s.", step=step_name),
+                          "status": 404}, 404)
+        return reply({"step_name": step_name, "output": outputs[step_name]})
+
     def act(self, workflow_id: str, action: str) -> Response:
         """A verb on a run, as the dashboard's buttons do it (actor ``dashboard:NAME``): the run's
         status and available actions after it, or the refusal with the actions allowed now."""
@@ -122,6 +130,7 @@ def register(bp: Blueprint, engine: Engine, pages: Pages) -> None:
     bp.add_url_rule(f"{PREFIX}/runs/<workflow_id>/actions/<action>", "api_act", api.act, methods=["POST"])
     bp.add_url_rule(f"{PREFIX}/attention", "api_attention", api.attention)
     bp.add_url_rule(f"{PREFIX}/runs/<workflow_id>/signals/<signal_id>", "api_signal", api.signal)
+    bp.add_url_rule(f"{PREFIX}/runs/<workflow_id>/outputs/<step_name>", "api_output", api.output)
     bp.add_url_rule(f"{PREFIX}/batches/<batch_id>", "api_batch", api.batch)
     bp.add_url_rule(f"{PREFIX}/batches/<batch_id>/children/<position>", "api_batch_child", api.batch_child)
     # Routing prefers every rule above to these (a path converter matches last).

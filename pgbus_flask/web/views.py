@@ -200,7 +200,8 @@ class Pages:
             pages=pages, page_url=page_url, signals=signals, batches=batches, children=children,
             payloads={sig["id"]: shown_json(sig["payload"], sig["payload_head"]) for sig in signals.rows},
             timeline=self.timeline(run, steps, cursors["steps_before"] is None and steps.older is None),
-            arguments=pretty(run.arguments), outputs=pretty(run.outputs()), error=error, form=form or {},
+            arguments=pretty(run.arguments), error=error, form=form or {},
+            outputs={step: shown_json(value, limit=INLINE_CHARS) for step, value in run.outputs().items()},
             notice=notice, signal_allowed=signal_matters(run), parent=run.parent(),
             step_gone=klass is not None and runner.step_gone(klass, latest.get("step_name") or run.current_step),
             confirms={a: helpers.action_confirm(a, run.workflow_class, run.current_step, helpers.TEXT,
@@ -356,15 +357,16 @@ class ShownJson:
     whole: str | None = None
 
 
-def shown_json(value: Any, head: str | None = None) -> ShownJson:
+def shown_json(value: Any, head: str | None = None, limit: int = PREVIEW_CHARS) -> ShownJson:
     """``value`` (or, for a value too large to read on a page, ``head``: the start of its stored JSON
-    text, see :func:`pgbus_flask.handle.bounded`) cut to :data:`PREVIEW_CHARS` characters."""
+    text, see :func:`pgbus_flask.handle.bounded`) cut to ``limit`` characters; the whole of a value up to
+    :data:`INLINE_CHARS` comes too (one click away on the page), a longer one is a link away."""
     if head is not None:
-        return ShownJson(escape_surrogates(head[:PREVIEW_CHARS]), cut=True)
+        return ShownJson(escape_surrogates(head[:limit]), cut=True)
     text = pretty(value)
-    if len(text) <= PREVIEW_CHARS:
+    if len(text) <= limit:
         return ShownJson(text)
-    return ShownJson(text[:PREVIEW_CHARS], cut=True, whole=text if len(text) <= INLINE_CHARS else None)
+    return ShownJson(text[:limit], cut=True, whole=text if len(text) <= INLINE_CHARS else None)
 
 
 def signal_matters(run: Run) -> bool:

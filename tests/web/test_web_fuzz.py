@@ -191,7 +191,7 @@ def test_no_hostile_value_breaks_a_route_or_changes_what_it_must_not(app: Flask,
     prefix = "/pgbus"
     baseline_args = {"workflow_id": seeded["paused"], "action": "resume_at", "batch_id": seeded["batch_id"],
                      "filename": "pgbus.css", "rest": "nope", "workflow_class": "FailsUntil",
-                     "signal_id": seeded["signal_id"], "position": "0"}
+                     "signal_id": seeded["signal_id"], "position": "0", "step_name": "capture"}
     token = csrf(client, f"/pgbus/runs/{seeded['paused']}")
     # The forms the pages offer, by the endpoint they post to: their fields and valid values.
     adapter = app.url_map.bind("localhost")

@@ -17,7 +17,7 @@ from pgbus_flask.handle import PAGE_SIZE, Run
 from pgbus_flask.web.views import INLINE_CHARS, PREVIEW_CHARS
 from tests.support import work
 from tests.support.webtools import count_testid, engine_of, sql, text_of
-from tests.workflows import FansOut, WaitsForever
+from tests.workflows import FansOut, ThreeSteps, WaitsForever
 
 MANY = 60
 
@@ -233,6 +233,31 @@ def test_long_payloads_are_cut_with_all_of_them_a_click_away(app: Flask) -> None
     # the JSON read of the run carries every payload whole
     data = client.get(f"/pgbus/api/runs/{run.workflow_id}").get_json()
     assert [s["payload"] for s in data["signals"]] == [{"x": 1}, medium, large, huge]
+
+
+def test_a_fan_out_step_s_long_output_is_cut_on_the_run_page_and_whole_a_link_away(app: Flask) -> None:
+    """A fan-out step's output holds every child's result (5,000 here): the run page shows its start
+    under the step's name and links to its JSON read, which has all of it; a short output shows whole."""
+    results = [f"result {i:05d}" for i in range(5_000)]
+    with app.app_context():
+        run = ThreeSteps.start(order_id=21)
+        work(engine_of(app))
+    sql(app, "UPDATE pgbus_workflow_steps SET output = %s::jsonb WHERE workflow_id = %s AND step_name = 'reserve'",
+        json.dumps(results), run.workflow_id)
+    client = app.test_client()
+    page = client.get(f"/pgbus/runs/{run.workflow_id}").get_data(as_text=True)
+    outputs = re.search(r'data-testid="outputs">(.*?)</section>', page, re.S)
+    assert outputs is not None
+    assert "result 00000" in outputs.group(1) and "result 04999" not in page
+    link = re.search(r'<a href="([^"]+)" class="json-whole" data-testid="output-value-link">Show all</a>',
+                     outputs.group(1))
+    assert link is not None and link.group(1) == f"/pgbus/api/runs/{run.workflow_id}/outputs/reserve"
+    assert "shipped 42" in outputs.group(1), "the short outputs are shown whole"
+    assert len(page) < 60_000
+    whole = client.get(link.group(1))
+    assert whole.status_code == 200 and whole.get_json() == {"step_name": "reserve", "output": results}
+    missing = client.get(f"/pgbus/api/runs/{run.workflow_id}/outputs/nowhere")
+    assert missing.status_code == 404 and "nowhere" in missing.get_json()["error"]
 
 
 def test_long_fan_out_arguments_and_results_are_cut_on_the_batch_page(app: Flask) -> None:

@@ -192,8 +192,9 @@ def test_run_page_of_a_finished_run_has_outputs_and_only_rerun(app: Flask) -> No
     page = app.test_client().get(f"/pgbus/runs/{run.workflow_id}").get_data(as_text=True)
     assert re.findall(r'data-testid="action-(\w+)"', page) == ["rerun"]
     assert count_testid(page, "signal-form") == 0
-    outputs = re.search(r'data-testid="outputs">(.*?)</pre>', page, re.S)
+    outputs = re.search(r'data-testid="outputs">(.*?)</section>', page, re.S)
     assert outputs and "shipped 42" in outputs.group(1)
+    assert count_testid(outputs.group(1), "output-value") == 3, "each step's output under its name"
     assert count_testid(page, "attempt-row") == 3 and count_testid(page, "timeline-bar") == 3
 
 
