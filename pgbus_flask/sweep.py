@@ -31,10 +31,10 @@ log = logging.getLogger("pgbus_flask")
 SWEEP_LOCK = 0x7067627573_02
 #: Rows each part handles per sweep (the rest wait for the next one).
 BATCH = 500
-#: Where the overdue part starts when it has no cursor: before every step.
-OVERDUE_START = (datetime(1, 1, 1, tzinfo=timezone.utc), 0)
-#: Pages of overdue candidates a sweep reads at most while they hold none that is due.
-OVERDUE_PAGES = 8
+#: Where a paged part (overdue, expired waits) starts when it has no cursor: before every step.
+PAGE_START = (datetime(1, 1, 1, tzinfo=timezone.utc), 0)
+#: Pages of candidates a paged part reads at most a sweep while they hold none that is due.
+PAGES = 8
 #: Terminal runs deleted per statement, and statements per sweep.
 DELETE_BATCH = 500
 DELETE_ROUNDS = 20
@@ -120,6 +120,23 @@ def _ids(engine: Engine, part: str, params: tuple[Any, ...] | dict[str, Any] = (
         return [tuple(row.values()) for row in db.fetch_all(conn, FIND[part], params)]
 
 
+def _due_pages(engine: Engine, part: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The due rows of a paged part: its statement reads one page of BATCH candidates after the part's
+    cursor, each ending with (moment, due); a full page with none due is followed by the next, up to
+    PAGES a sweep. The next sweep reads on from where this one stopped (from the start once a page comes
+    back short), so candidates that are not due (a paused run's step) cost a sweep at most PAGES pages
+    however many there are, and every candidate is looked at again in turn."""
+    rows: list[tuple[Any, ...]] = []
+    for _ in range(PAGES):
+        after_at, after_id = engine.sweep_cursors.get(part, PAGE_START)
+        page = _ids(engine, part, {**params, "after_at": after_at, "after_id": after_id, "limit": BATCH})
+        engine.sweep_cursors[part] = (page[-1][-2], page[-1][0]) if len(page) == BATCH else PAGE_START
+        rows = [row for row in page if row[-1]]
+        if rows or len(page) < BATCH:
+            break
+    return rows
+
+
 def _schedules(engine: Engine, report: SweepReport) -> None:
     """Store the registered classes' schedules, then start their due ticks, one run a tick
     (:mod:`pgbus_flask.schedules`); a schedule that fails does not stop the others."""
@@ -141,24 +158,14 @@ def _overdue(engine: Engine, report: SweepReport) -> None:
     holds (not queued, scheduled or running), or holds for a worker that is gone (its key
     expired, or the job started longer than the threshold ago without claiming its step):
     sent again. A step that merely waits its turn in a long queue is left alone, so a backlog
-    never feeds itself. One page of BATCH scheduled steps past the threshold at a time (a paused
-    run's step, or one sent again lately, takes its place in the page and is skipped); a full page
-    with none due is followed by the next, up to OVERDUE_PAGES a sweep, so thousands of paused
-    runs delay a lost step by a sweep or two, not thousands / BATCH sweeps. One query a page,
-    two Redis round trips (a
-    third for jobs left in RQ's intermediate list) and, if some were lost, one UPDATE and one
-    more round trip. The next sweep reads the page after it (from the start once a page comes back
-    short), so every overdue step is asked about, even behind a queue nobody serves."""
+    never feeds itself. Read in pages (:func:`_due_pages`: a paused run's step, or one sent again
+    lately, takes its place in a page and is skipped), so thousands of paused runs delay a lost step
+    by a sweep or two, not thousands / BATCH sweeps, and every overdue step is asked about in turn,
+    even behind a queue nobody serves. One query a page, two Redis round trips (a third for jobs
+    left in RQ's intermediate list) and, if some were lost, one UPDATE and one more round trip."""
     threshold = engine.settings.stall_threshold.total_seconds()
-    rows: list[tuple[Any, Any, Any]] = []
-    for _ in range(OVERDUE_PAGES):
-        after_at, after_id = engine.sweep_cursors.get("overdue", OVERDUE_START)
-        page = _ids(engine, "overdue", {"threshold": threshold, "after_at": after_at, "after_id": after_id,
-                                        "limit": BATCH})
-        engine.sweep_cursors["overdue"] = (page[-1][3], page[-1][0]) if len(page) == BATCH else OVERDUE_START
-        rows = [(step_id, sends, job_id) for step_id, sends, job_id, _, due in page if due]
-        if rows or len(page) < BATCH:
-            break
+    rows = [(step_id, sends, job_id) for step_id, sends, job_id, _, _ in
+            _due_pages(engine, "overdue", {"threshold": threshold})]
     statuses = job_statuses(engine.redis, [job_id for _, _, job_id in rows], stale_after=threshold,
                             claims_at_start=True)
     lost = [(step_id, sends, job_id) for step_id, sends, job_id in rows if statuses.get(job_id) not in LIVE]
@@ -168,8 +175,9 @@ def _overdue(engine: Engine, report: SweepReport) -> None:
 
 def _expired_waits(engine: Engine, report: SweepReport) -> None:
     """Waits for a signal past their deadline: ended as each step's ``on_timeout`` says
-    (:func:`runner.expire_wait`)."""
-    for step_id, workflow_id in _ids(engine, "expired_waits", (BATCH,)):
+    (:func:`runner.expire_wait`). Read in pages (:func:`_due_pages`): a run paused while it waited
+    keeps its waiting step past the deadline, and thousands of them cost a sweep at most PAGES pages."""
+    for step_id, workflow_id, _, _ in _due_pages(engine, "expired_waits", {}):
         if runner.expire_wait(engine, step_id, workflow_id):
             report.wait_timeouts += 1
 

@@ -31,11 +31,16 @@ SELECT p.id, p.sends, p.job_id, p.scheduled_at,
 FROM page p ORDER BY p.scheduled_at, p.id;
 
 -- name: sweep_expired_waits
--- Waits for a signal past their deadline, the oldest first (pgbus_workflow_steps_wait_deadline).
-SELECT s.id, s.workflow_id FROM pgbus_workflow_steps s
-  JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'waiting'
-WHERE s.status = 'waiting' AND s.timeout_at IS NOT NULL AND s.timeout_at < now()
-ORDER BY s.timeout_at LIMIT %s;
+-- One page of waits for a signal past their deadline, after the cursor, in (timeout_at, id) order (pgbus_workflow_steps_wait_deadline), each with whether it is due: its run still waits (a run paused while it waited keeps its waiting step, and is skipped). As sweep_overdue, the page is read before the runs, so such runs cost a sweep at most a page however many there are.
+WITH page AS (
+    SELECT s.id, s.workflow_id, s.timeout_at FROM pgbus_workflow_steps s
+    WHERE s.status = 'waiting' AND s.timeout_at IS NOT NULL AND s.timeout_at < now()
+      AND (s.timeout_at, s.id) > (%(after_at)s, %(after_id)s)
+    ORDER BY s.timeout_at, s.id LIMIT %(limit)s
+)
+SELECT p.id, p.workflow_id, p.timeout_at,
+       EXISTS (SELECT 1 FROM pgbus_workflows w WHERE w.workflow_id = p.workflow_id AND w.status = 'waiting') AS due
+FROM page p ORDER BY p.timeout_at, p.id;
 
 -- name: sweep_lost_children
 -- Pending children of open batches whose step still waits, never sent or sent before the cutoff: two ranges of pgbus_batch_children_awaited_enqueued (NULL, then the oldest first), each joined child by child, so that LIMIT stops it and a sweep with nothing due reads no child.

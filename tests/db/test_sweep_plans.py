@@ -14,13 +14,13 @@ import pytest
 
 from pgbus_flask.engine import Engine
 from pgbus_flask.sql import statement
-from pgbus_flask.sweep import BATCH, DELETE_BATCH, FIND, OVERDUE_START
+from pgbus_flask.sweep import BATCH, DELETE_BATCH, FIND, PAGE_START
 from tests.support.seeds import BIG_TABLES, SEED, nodes
 
 PARAMS: dict[str, tuple[Any, ...] | dict[str, Any]] = {
     "stalled": (BATCH,),
-    "overdue": {"threshold": 300.0, "after_at": OVERDUE_START[0], "after_id": OVERDUE_START[1], "limit": BATCH},
-    "expired_waits": (BATCH,),
+    "overdue": {"threshold": 300.0, "after_at": PAGE_START[0], "after_id": PAGE_START[1], "limit": BATCH},
+    "expired_waits": {"after_at": PAGE_START[0], "after_id": PAGE_START[1], "limit": BATCH},
     "lost_children": {"threshold": 300.0, "limit": BATCH},
     "retention_finished": (30 * 86400.0, DELETE_BATCH),
     "retention_cancelled": (30 * 86400.0, DELETE_BATCH),

@@ -123,6 +123,47 @@ def test_wait_timeouts(engine: Engine, klass: type, status: str, outcome: str) -
         assert run.outputs()[first["step_name"]] == outcome
 
 
+@pytest.mark.scale  # 1,200 paused runs
+def test_a_wait_that_ends_behind_many_paused_waits_is_timed_out_and_each_sweep_reads_a_bounded_range(
+        engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run paused while it waited keeps its waiting step past the deadline. 1,200 of them come first
+    in the expired-wait part's order (more than two pages): one sweep still ends the wait due after
+    them, and a sweep reads at most PAGES pages of them, however many there are."""
+    from pgbus_flask import sweep as sweep_module
+
+    with engine.db.connection() as conn:
+        conn.execute("""
+            INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, definition_digest,
+                                         started_by)
+            SELECT md5('w' || i)::uuid, 'WaitsForPayment', 'paused', 'confirm', 'x', 'seed'
+            FROM generate_series(1, 1200) i""")
+        conn.execute("""
+            INSERT INTO pgbus_workflow_steps (workflow_id, workflow_class, step_name, attempt, status, scheduled_at,
+                                              waiting_since, timeout_at)
+            SELECT md5('w' || i)::uuid, 'WaitsForPayment', 'confirm', 1, 'waiting', now() - interval '3 hours',
+                   now() - interval '3 hours', now() - interval '2 hours' FROM generate_series(1, 1200) i""")
+    run = ShortWait.start()
+    work(engine)
+    expire_waits(engine)  # its deadline passed a second ago: after the 1,200 in (timeout_at, id) order
+    read: list[int] = []
+    real_ids = sweep_module._ids
+
+    def counting(engine: Engine, part: str, params: object = ()) -> list[tuple[object, ...]]:
+        rows = real_ids(engine, part, params)  # type: ignore[arg-type]
+        if part == "expired_waits":
+            read.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(sweep_module, "_ids", counting)
+    assert sweep(engine).wait_timeouts == 1
+    assert read == [500, 500, 201]
+    read.clear()
+    assert sweep(engine).wait_timeouts == 0  # from the start again: the paused ones, a sweep's worth at most
+    assert sum(read) <= sweep_module.PAGES * sweep_module.BATCH and read == [500, 500, 200]
+    work(engine)
+    assert run.refresh().status == "paused" and "wait_timed_out" in [e["event"] for e in run.events()]
+
+
 def test_paused_wait_does_not_time_out_and_resume_keeps_the_time_left(engine: Engine) -> None:
     run = WaitsForPayment.start()
     work(engine)
