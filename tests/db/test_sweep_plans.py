@@ -115,6 +115,40 @@ def test_lost_children_reads_no_child_when_none_is_due(engine: Engine) -> None:
     assert buffers < 20, json.dumps(plan, indent=1)  # the children alone fill a few hundred pages
 
 
+@pytest.mark.scale  # 30,000 fan-out children
+def test_the_sweeps_reads_are_planned_for_their_cutoff(engine: Engine) -> None:
+    """A sweeper runs the same statements every interval, so after five runs psycopg's prepared
+    statement would take PostgreSQL's generic plan. Not knowing the cutoff, that plan expects a share of
+    the pending children past it and sets up Memoize caches sized for them before finding the range
+    empty (3.6 ms of executor start-up a sweep at ten million runs, bench.sweep_cost). The sweep's
+    reads are planned for their parameters every time: here, even where the generic plan is forced."""
+
+    def generic_plan(serially: bool) -> dict[str, Any]:
+        with engine.db.connection() as conn:
+            with conn.transaction():
+                conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+                if serially:
+                    conn.execute(statement("sweep_serially").encode())
+                conn.execute(("PREPARE lost AS " + statement(FIND["lost_children"])
+                              .replace("%(threshold)s", "$1::float8").replace("%(limit)s", "$2::int")).encode())
+                row = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE lost(300, 500)").fetchone()
+            conn.execute("DEALLOCATE lost")
+        assert row is not None
+        return (row[0] if isinstance(row[0], list) else json.loads(row[0]))[0]["Plan"]  # type: ignore[no-any-return]
+
+    with engine.db.connection() as conn:
+        conn.execute(FAN_OUTS.encode())
+    def conditions(plan: dict[str, Any]) -> str:
+        return " ".join(str(n.get("Index Cond", "")) for n in nodes(plan))
+
+    generic = generic_plan(serially=False)
+    assert "$1" in conditions(generic), json.dumps(generic, indent=1)  # a plan for any cutoff
+    assert [n for n in nodes(generic) if n["Node Type"] == "Memoize"], "it memoizes: what this test is about"
+    plan = generic_plan(serially=True)
+    assert "$1" not in conditions(plan) and "'00:05:00'" in conditions(plan), json.dumps(plan, indent=1)
+    assert plan["Actual Rows"] == 0
+
+
 # A backlog: 20,000 ready runs whose step was due and sent an hour ago (RQ still holds their jobs, or not).
 BACKLOG = """
 INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, definition_digest, started_by)
