@@ -162,19 +162,28 @@ class Transaction:
 Row = dict[str, Any]
 
 
-def run(target: Transaction | psycopg.Connection[Any], name: str | sql.Composable, params: Any = None
-        ) -> psycopg.Cursor[Row]:
+def run(target: Transaction | psycopg.Connection[Any], name: str | sql.Composable, params: Any = None,
+        *, prepare: bool | None = None) -> psycopg.Cursor[Row]:
     """Run a statement on a transaction block or a connection; its rows come as dicts.
 
     ``name`` names a statement of ``pgbus_flask/sql/*.sql``, or is a statement composed by
     :mod:`pgbus_flask.filters` (its text depends on the arguments). Given a block whose BEGIN is
     still pending, both go in one round trip (:meth:`Transaction.query`). The same name sends the
-    same text every time, so psycopg prepares a statement the process runs often.
+    same text every time, so psycopg prepares a statement the process runs often; ``prepare=False``
+    for one that follows, in a pipeline, a statement that may fail (see :data:`AFTER_A_FAILURE`).
     """
     text = name if isinstance(name, sql.Composable) else STATEMENTS.get(name) or statement(name)
     if isinstance(target, Transaction):
         return target.query(text, params)
-    return target.cursor(row_factory=dict_row).execute(text, params)  # type: ignore[arg-type]
+    return target.cursor(row_factory=dict_row).execute(text, params, prepare=prepare)  # type: ignore[arg-type]
+
+
+#: ``prepare=`` for a statement that follows, in one pipeline, a statement that may fail. PostgreSQL
+#: skips everything after an error until the pipeline's sync, the Parse of a statement psycopg chose
+#: to prepare there too (its fifth run on the connection); psycopg still counts it as prepared, and
+#: every later run of it on that connection fails with 'prepared statement "_pg3_N" does not exist'.
+#: Such statements are never prepared (BEGIN and COMMIT gain nothing from it anyway).
+AFTER_A_FAILURE = False
 
 
 def run_many(target: psycopg.Connection[Any], name: str, params_seq: Any) -> None:
@@ -488,7 +497,7 @@ class Database:
                 if not tx._begin_pending:  # nothing was sent: nothing to commit
                     with conn.pipeline():
                         tx._flush()
-                        conn.execute("COMMIT")
+                        conn.execute("COMMIT", prepare=AFTER_A_FAILURE)
             except BaseException:
                 if conn.info.transaction_status != pq.TransactionStatus.IDLE:
                     with contextlib.suppress(psycopg.Error):

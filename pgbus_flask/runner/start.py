@@ -122,11 +122,11 @@ def _start_alone(engine: Engine, klass: type[Workflow], values: dict[str, Any]) 
     travel in one round trip (psycopg's pipeline mode); the step is sent once it committed."""
     with engine.db.connection() as conn:  # pooled, in autocommit: BEGIN and COMMIT are ours to send
         try:
-            with conn.pipeline():
-                conn.execute("BEGIN")
+            with conn.pipeline():  # what follows start_run may be skipped (a conflict): never prepared
+                conn.execute("BEGIN", prepare=db.AFTER_A_FAILURE)
                 run_cursor = db.run(conn, "start_run", values)
-                first_cursor = db.run(conn, "run_steps", (values["wid"],))
-                conn.execute("COMMIT")
+                first_cursor = db.run(conn, "run_steps", (values["wid"],), prepare=db.AFTER_A_FAILURE)
+                conn.execute("COMMIT", prepare=db.AFTER_A_FAILURE)
         except BaseException as exc:
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 conn.execute("ROLLBACK")

@@ -58,6 +58,22 @@ def test_second_ongoing_run_for_a_subject_is_refused(engine: Engine) -> None:
     ThreeSteps.start(subject=("Order", 42))
 
 
+@pytest.mark.settings(PGBUS_POOL_SIZE=1)
+def test_refused_starts_leave_the_connection_whole(engine: Engine) -> None:
+    """start() sends BEGIN, its insert, a read and COMMIT in one pipeline. When the insert is refused
+    (a subject conflict), the server skips the rest, so a statement psycopg chose to prepare there (its
+    fifth run on the connection) was never prepared: the next start on that connection failed with
+    'prepared statement "_pg3_N" does not exist' (seen once in the hypothesis model). Ten refusals on
+    one pooled connection, then starts that go through."""
+    ThreeSteps.start(subject=("Order", 7))
+    for _ in range(10):
+        with pytest.raises(SubjectConflict):
+            ThreeSteps.start(subject=("Order", 7))
+    for order in range(10):
+        ThreeSteps.start(subject=("Order", 100 + order))
+    assert table_counts(engine)["pgbus_workflows"] == 11
+
+
 def test_rollback_of_the_app_transaction_writes_and_enqueues_nothing(engine: Engine, pg_url: str) -> None:
     with psycopg.connect(pg_url) as app_conn:
         app_conn.execute("CREATE TEMP TABLE orders (id int)")
