@@ -10,6 +10,7 @@ from .errors import (
     DatabaseError,
     DatabaseUnavailable,
     InvalidInput,
+    KeyBusy,
     PgbusError,
     ScheduleConflict,
     SchemaMissing,
@@ -25,6 +26,7 @@ from .errors import (
     WorkflowNotFound,
 )
 from .extension import PgBus
+from .flow import Limit, Rate
 from .handle import Run
 from .workflow import Workflow, step
 
@@ -38,8 +40,11 @@ __all__ = [
     "DatabaseError",
     "DatabaseUnavailable",
     "InvalidInput",
+    "KeyBusy",
+    "Limit",
     "PgBus",
     "PgbusError",
+    "Rate",
     "Run",
     "ScheduleConflict",
     "SchemaMissing",

@@ -152,6 +152,13 @@ class Transaction:
         """The after-commit callbacks of this block (for a block whose commit is someone else's)."""
         return list(self._callbacks)
 
+    def watch_woken(self, send: Callable[[list[int]], Any]) -> None:
+        """Just before COMMIT, read which waiting steps a slot given back in this block woke (the
+        SQL of migration 0017 leaves their ids in the setting ``pgbus.woken``); once committed, call
+        ``send`` with them. The read travels with the COMMIT (a pipelined block: no round trip)."""
+        if "woken" not in self.buffered:
+            self.buffer("woken", send, _read_woken)
+
     def execute(self, query: Any, params: Any = None) -> psycopg.Cursor[Any]:
         """Run a statement on this transaction's connection (rows as dicts)."""
         cur = self.conn.cursor(row_factory=dict_row)
@@ -160,6 +167,21 @@ class Transaction:
 
 #: A row as the library reads it: column name to value.
 Row = dict[str, Any]
+
+
+def _read_woken(conn: psycopg.Connection[Any], senders: list[Callable[[list[int]], Any]]) -> None:
+    tx = _current.get()
+    assert tx is not None
+    cursor = conn.cursor()
+    cursor.execute("SELECT current_setting('pgbus.woken', true)", prepare=AFTER_A_FAILURE)
+
+    def send() -> None:
+        row = cursor.fetchone()
+        woken = [int(part) for part in row[0].split(",") if part] if row and row[0] else []
+        if woken:
+            senders[0](woken)
+
+    tx.after_commit(send)
 
 
 def run(target: Transaction | psycopg.Connection[Any], name: str | sql.Composable, params: Any = None,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from . import payload, states
 from .errors import ChildFunctionNotAllowed, DefinitionError, InvalidInput, UnknownWorkflow
+from .flow import Limit, Rate
 
 if TYPE_CHECKING:
     from .workflow import Workflow
@@ -49,6 +50,10 @@ class StepSpec:
     wait: timedelta | None = None
     #: A callable of the workflow instance giving the aware moment this step is due (docs/delays.md).
     wait_until: Callable[[Any], datetime] | None = None
+    #: At most so many attempts of this step (or of every step naming the same limit) at once.
+    concurrency: Limit | None = None
+    #: At most so many starts of this step (or of every step naming the same rate) per window.
+    rate: Rate | None = None
 
     def describe(self) -> dict[str, Any]:
         """The options that make up the definition digest."""
@@ -177,6 +182,14 @@ class _StepMarker:
                                   f" aware datetime, got {wait_until!r:.100}")
         if wait_until is not None and opts.get("wait") is not None:
             raise DefinitionError(f"step {name}: give wait or wait_until, not both")
+        concurrency, rate = opts.get("concurrency"), opts.get("rate")
+        if concurrency is not None and not isinstance(concurrency, Limit):
+            raise DefinitionError(f"step {name}: concurrency must be a Limit(...), got {concurrency!r:.100}")
+        if concurrency is not None and concurrency.on_busy != "queue":
+            raise DefinitionError(f"step {name}: on_busy is for a class's limit (it decides start()); a step's "
+                                  "limit always queues")
+        if rate is not None and not isinstance(rate, Rate):
+            raise DefinitionError(f"step {name}: rate must be a Rate(...), got {rate!r:.100}")
         backoff = opts.get("backoff", 10.0)
         if not (callable(backoff) or isinstance(backoff, (int, float, timedelta))) or isinstance(backoff, bool):
             raise DefinitionError(f"step {name}: backoff must be seconds, a timedelta or a callable")
@@ -196,12 +209,14 @@ class _StepMarker:
             on_child_failure=on_child_failure,
             wait=_duration(f"step {name}: wait", opts.get("wait")),
             wait_until=wait_until,
+            concurrency=concurrency,
+            rate=rate,
         )
 
 
 _STEP_OPTIONS = frozenset(
     ("queue", "priority", "timeout", "on_error", "max_reattempts", "backoff", "wait_for", "wait_timeout", "on_timeout",
-     "transactional", "on_child_failure", "wait", "wait_until")
+     "transactional", "on_child_failure", "wait", "wait_until", "concurrency", "rate")
 )
 
 
@@ -214,8 +229,10 @@ def step(func: None = None, **options: Any) -> Callable[[Callable[..., Any]], An
 def step(func: Callable[..., Any] | None = None, **options: Any) -> Any:
     """Declare a method as the next step of its workflow: ``@step`` or ``@step(on_error="reattempt")``.
 
-    Options: ``queue``, ``priority`` (a positive one puts the job at the front
-    of its queue), ``timeout`` (the attempt's stall deadline and RQ's job
+    Options: ``queue``, ``priority`` (higher goes first: see docs/flow-control.md),
+    ``concurrency`` (a :class:`~pgbus_flask.flow.Limit`: at most so many attempts at
+    once), ``rate`` (a :class:`~pgbus_flask.flow.Rate`: at most so many starts per
+    window), ``timeout`` (the attempt's stall deadline and RQ's job
     timeout), ``on_error`` (``"pause"``, ``"reattempt"``, ``"cancel"``,
     ``"skip"``), ``max_reattempts``, ``backoff`` (seconds, doubled each
     reattempt, or a callable of the reattempt number), ``wait_for`` (a signal

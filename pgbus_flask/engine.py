@@ -8,6 +8,7 @@ theirs through :func:`resolve_engine`.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import logging
 import os
@@ -24,7 +25,7 @@ from redis.sentinel import Sentinel, SentinelConnectionPool
 from rq import Queue
 from rq.job import Job, JobStatus
 
-from . import states
+from . import flow, states
 from .config import REDIS_SOCKET_TIMEOUT, SentinelURL, Settings, is_sentinel_url, sentinel_url
 from .db import Database
 from .definition import registry
@@ -33,6 +34,7 @@ from .errors import ConfigError, PgbusError
 log = logging.getLogger("pgbus_flask")
 
 STEP_JOB = "pgbus_flask.jobs.run_step"
+RATE_JOB = "pgbus_flask.jobs.wake_rate"
 CHILD_JOB = "pgbus_flask.jobs.run_child"
 # RQ's own job timeout sits a little past the stall deadline, so the sweep
 # (not RQ) is what declares an attempt stalled.
@@ -102,13 +104,14 @@ class Engine:
         return queue
 
     def queue_names(self) -> list[str]:
-        """The default queue and every queue a registered workflow names, for the worker to listen on."""
+        """The default queue and every queue a registered workflow names, for the worker to listen on,
+        in the order it reads them: their high-priority bands first, their low ones last (flow.banded)."""
         names = [self.settings.queue]
         for klass in registry().values():
             for name in [klass.queue, *(s.queue for s in klass.steps)]:
                 if name and name not in names:
                     names.append(name)
-        return names
+        return flow.banded(names)
 
     def close(self) -> None:
         self.db.close()
@@ -177,7 +180,18 @@ class Engine:
             if job.at is not None and job.at > now:
                 q.enqueue_at(whole_second_after(job.at), STEP_JOB, job_id=jid, **options)
             else:
-                q.enqueue(STEP_JOB, job_id=jid, at_front=job.at_front, **options)
+                q.enqueue(STEP_JOB, job_id=jid, **options)
+
+    def send_rate_wake(self, name: str, queue: str, at: datetime) -> None:
+        """Enqueue the wake-up of rate ``name`` for ``at`` (RQ's scheduler holds it); a failure is
+        logged, the sweep sends it again."""
+        digest = hashlib.sha1(name.encode()).hexdigest()[:16]
+        job_id = f"pgbus-rate-{digest}-{int(at.timestamp() * 1000)}"
+        try:
+            self.queue(queue).enqueue_at(whole_second_after(at), RATE_JOB, name, job_id=job_id, result_ttl=0,
+                                         failure_ttl=FAILURE_TTL, description=f"wake rate {name}")
+        except Exception:
+            log.exception("pgbus: the wake-up of rate %r could not be enqueued; the sweep will send it", name)
 
     def send_children(self, batch_id: int, queue: str, children: Iterable[tuple[int, str]]) -> None:
         """Enqueue fan-out children ``(position, job_id)`` in one Redis round trip; a failure is
@@ -212,7 +226,6 @@ class StepJob:
     job_id: str
     queue: str
     at: datetime | None
-    at_front: bool
     timeout: timedelta
     description: str
     replaces: str | None = None

@@ -102,6 +102,17 @@ class SubjectConflict(PgbusError):
         super().__init__(f"{subject[0]} {subject[1]} already has an ongoing {workflow_class} run{where}")
 
 
+class KeyBusy(PgbusError):
+    """start() of a class whose limit says ``on_busy="refuse"`` found the key busy: nothing was written."""
+
+    def __init__(self, workflow_class: str, limit: str, key: str, capacity: int, active: int) -> None:
+        self.workflow_class, self.limit, self.key = workflow_class, limit, key
+        self.capacity, self.active = capacity, active
+        keyed = f" for key {key!r}" if key else ""
+        super().__init__(f"{workflow_class} runs at most {capacity} at once{keyed} (limit {limit!r}) and {active} "
+                         "already hold or wait for a slot; this start was refused (on_busy='refuse')")
+
+
 class ActionNotAllowed(PgbusError):
     """A verb was called that the run's status does not allow now."""
 

@@ -56,6 +56,15 @@ def run_step(step_id: int) -> None:
     _guarded(f"step {step_id}", attempt)
 
 
+def wake_rate(name: str) -> None:
+    """A rate's wake-up (docs/flow-control.md): send the steps waiting for it that its window has
+    room for now, and the next wake-up while some still wait."""
+    def wake() -> None:
+        runner.wake_rate(resolve_engine(), name)
+
+    _guarded(f"rate {name!r}", wake)
+
+
 def run_child(batch_id: int, position: int) -> None:
     """One fan-out child: run its function, record its result or error once. Only a function a
     registered workflow may fan out runs (see definition.fan_out_function); any other name fails

@@ -25,8 +25,17 @@ EVENTS = (
     "step_reattempted", "paused", "resumed", "cancelled", "finished", "run_now", "rescheduled", "rerun",
     "stall_detected", "late_completion_ignored", "signal_received", "signal_claimed", "step_waiting",
     "wait_timed_out", "fan_out_opened", "fan_out_finished", "children_started", "children_finished",
-    "definition_upgraded",
+    "definition_upgraded", "slot_waiting", "slot_granted", "arguments_replaced",
 )
+
+#: Flow control (docs/flow-control.md): a run holds its class limit's slot while ready or running; a
+#: step attempt holds its step limit's slot while scheduled (granted) or in progress.
+SLOT_HOLDING_RUN = ("ready", "running")
+SLOT_HOLDING_STEP = ("scheduled", "in_progress")
+#: The runs of a class limit's key that count for on_busy: holding or waiting for a slot ...
+LIMIT_KEY_RUNS = ("ready", "running", "waiting")
+#: ... and those that may not have started a step yet (on_busy replace).
+UNSTARTED_RUN = ("ready", "waiting")
 
 #: The audit events that start (the first) or end (the others) a stretch a run spent paused.
 PAUSE_EVENTS = ("paused", "resumed", "cancelled", "rerun", "step_skipped", "finished")

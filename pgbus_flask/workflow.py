@@ -8,6 +8,7 @@ class itself starts runs (``OrderWorkflow.start(...)``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
@@ -36,9 +37,33 @@ from .definition import (  # noqa: F401  (re-exported: the public names of decla
 )
 from .engine import Engine, resolve_engine
 from .errors import DefinitionError, PgbusError, StepNotDefined
+from .flow import Limit
 from .handle import Run
 from .schedule import ATTRIBUTES as SCHEDULE_ATTRIBUTES
 from .schedule import TICK_KWARG, ScheduleSpec, from_class
+
+
+def _name_flow_control(cls: type[Workflow]) -> None:
+    """Check the class's flow control and name each limit and rate that has no name of its own."""
+    if cls.priority is not None and (not isinstance(cls.priority, int) or isinstance(cls.priority, bool)):
+        raise DefinitionError(f"{cls.__name__}.priority must be an int, got {cls.priority!r:.80}")
+    limit = cls.concurrency
+    if limit is not None and not isinstance(limit, Limit):
+        raise DefinitionError(f"{cls.__name__}.concurrency must be a Limit(...), got {limit!r:.100}")
+    cls.limit_name = (limit.name or cls.workflow_name) if limit is not None else None
+    named = []
+    for spec in cls.steps:
+        if spec.concurrency is not None and spec.concurrency.name is None:
+            spec = dataclasses.replace(spec, concurrency=dataclasses.replace(
+                spec.concurrency, name=f"{cls.workflow_name}.{spec.name}"))
+        if spec.rate is not None and spec.rate.name is None:
+            spec = dataclasses.replace(spec, rate=dataclasses.replace(
+                spec.rate, name=f"{cls.workflow_name}.{spec.name}"))
+        if spec.concurrency is not None and spec.concurrency.name == cls.limit_name:
+            raise DefinitionError(f"{cls.__name__}: step {spec.name}'s limit and the class's are both named "
+                                  f"{cls.limit_name!r}: a limit counts runs or attempts, not both")
+        named.append(spec)
+    cls.steps = tuple(named)
 
 
 class Workflow:
@@ -54,6 +79,10 @@ class Workflow:
 
     queue: ClassVar[str | None] = None
     priority: ClassVar[int | None] = None
+    #: At most so many runs of this class running a step at once, per key (docs/flow-control.md).
+    concurrency: ClassVar[Limit | None] = None
+    #: The name the class's limit is kept under: its own ``name``, else the workflow's name.
+    limit_name: ClassVar[str | None] = None
     workflow_name: ClassVar[str]
     steps: ClassVar[tuple[StepSpec, ...]] = ()
     definition_digest: ClassVar[str] = ""
@@ -79,6 +108,7 @@ class Workflow:
             cls.workflow_name = cls.__name__
         if not cls.steps:
             return  # an abstract base: not registered
+        _name_flow_control(cls)
         cls.schedule_spec = from_class(cls.workflow_name, {a: getattr(cls, a) for a in SCHEDULE_ATTRIBUTES}, vars(cls))
         description = {"queue": cls.queue, "priority": cls.priority, "steps": [s.describe() for s in cls.steps]}
         cls.definition_digest = hashlib.sha256(
@@ -118,9 +148,15 @@ class Workflow:
         conn: Any = None,
         session: Any = None,
         bus: Any = None,
+        priority: int | None = None,
         **kwargs: Any,
     ) -> Run:
         """Start a run; see :func:`pgbus_flask.runner.start`.
+
+        ``priority``: this run's steps go before those of lower priority (it wins over the class's
+        and the steps' own; docs/flow-control.md). With a class ``concurrency`` limit whose
+        ``on_busy`` is ``"refuse"``, a busy key raises :class:`~pgbus_flask.errors.KeyBusy`; with
+        ``"replace"``, the key's run that has not started yet takes these arguments and is returned.
 
         ``conn``: a psycopg connection of the app's, the run written in its next transaction.
         ``session``: a SQLAlchemy session (Flask-SQLAlchemy's ``db.session``), the run written in
@@ -132,13 +168,13 @@ class Workflow:
                 raise PgbusError("start() takes conn= or session=, not both")
             with orm.session_transaction(engine.db, session):
                 started = runner.start(engine, cls, args, kwargs, subject=subject, idempotency_key=idempotency_key,
-                                       actor=actor, conn=None)
+                                       actor=actor, conn=None, priority=priority)
                 run = Run(engine, started.workflow_id) if started.run is None else None
             if run is not None:
                 return run
         else:
             started = runner.start(engine, cls, args, kwargs, subject=subject, idempotency_key=idempotency_key,
-                                   actor=actor, conn=conn)
+                                   actor=actor, conn=conn, priority=priority)
         if started.run is None:
             return Run(engine, started.workflow_id)
         return Run.from_rows(engine, started.run, started.first_step, cls)

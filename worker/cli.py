@@ -20,7 +20,7 @@ import click
 import redis.exceptions
 from rq.utils import import_attribute
 
-from pgbus_flask import metrics
+from pgbus_flask import flow, metrics
 from pgbus_flask.config import Settings, redact
 from pgbus_flask.engine import Engine
 from pgbus_flask.errors import PgbusError
@@ -87,7 +87,7 @@ def command(app_spec: str | None, queues: str | None, burst: bool, worker_class:
     except (PgbusError, ImportError, AttributeError) as exc:
         print(f"pgbus-worker: {redact(str(exc))}", file=sys.stderr)
         return 2
-    names = [q.strip() for q in queues.split(",")] if queues else engine.queue_names()
+    names = flow.banded([q.strip() for q in queues.split(",")]) if queues else engine.queue_names()
     worker_type.sweep_enabled = not no_sweep
     log.info("pgbus-worker listening on %s", ", ".join(names))
     with app.app_context() if app is not None else nullcontext():

@@ -79,6 +79,8 @@ EVENT_LABELS = {
     "fan_out_opened": C_("event", "Fan-out opened"), "fan_out_finished": C_("event", "Fan-out finished"),
     "children_started": C_("event", "Child runs started"), "children_finished": C_("event", "Child runs ended"),
     "definition_upgraded": C_("event", "Moved to the current definition"),
+    "slot_waiting": C_("event", "Waiting for a slot"), "slot_granted": C_("event", "Slot granted"),
+    "arguments_replaced": C_("event", "Arguments replaced by a later start"),
 }
 #: The events whose details say when their step is due (``scheduled_at``), said with that moment.
 EVENTS_WITH_TIME = {

@@ -12,6 +12,8 @@ One module per concern, lowest first (each imports only those above it):
   status-changing UPDATEs) and audit events;
 - ``scheduling``: a new scheduled attempt, the step after, and the
   after-commit enqueue (the only place a step job is sent);
+- ``limits``: flow control at a claim (concurrency slots, rate starts) and sending what a
+  given-back slot woke (docs/flow-control.md);
 - ``policy``: what a failed attempt does next (reattempt, pause, cancel, skip);
 - ``deadlines``: an attempt that stalled, a wait that timed out (the sweep finds them);
 - ``fanout``: a step's batch of child jobs;
@@ -36,6 +38,7 @@ from .children import cancel_children, cancel_run, child_key, settle, sweep_chil
 from .deadlines import expire_wait, fail_stalled
 from .fanout import finish_batch, open_batch, record_child, resend_child
 from .inline import Budget, Continued
+from .limits import regrant, wake_rate
 from .policy import fail_attempt
 from .rows import (
     RESCHEDULE_EARLIEST,
@@ -100,6 +103,7 @@ __all__ = [
     "record_child",
     "record_event",
     "record_outcome",
+    "regrant",
     "resend_child",
     "resend_lost",
     "resend_step",
@@ -114,6 +118,7 @@ __all__ = [
     "step_gone",
     "step_job_id",
     "sweep_children",
+    "wake_rate",
     "worker_name",
     *verbs.__all__,
 ]

@@ -11,6 +11,7 @@ from .. import verbs
 from ..db import Transaction
 from ..errors import ActionNotAllowed, StepNotDefined
 from ..verbs import Verb
+from . import limits
 from .rows import Row, latest_step, load_class, lock_run, now_of
 
 if TYPE_CHECKING:
@@ -131,6 +132,8 @@ def check_allowed(engine: Engine, tx: Transaction, action: str, workflow_id: Any
     run = lock_run(tx, workflow_id)
     latest = latest_step(tx.conn, workflow_id)
     klass = load_class(engine, run["workflow_class"])
+    if klass is None or klass.concurrency is not None or any(s.concurrency or s.rate for s in klass.steps):
+        limits.watch(engine, tx)  # a verb that moves it may give slots back: the next in line is sent
     now = now_of(tx)
     why = refusal(verbs.verb(action), run, latest, klass, now)
     if why is not None:

@@ -29,11 +29,13 @@ from ..errors import (
     ArgumentsNotSerializable,
     DatabaseError,
     DatabaseUnavailable,
+    InvalidInput,
     PgbusError,
     StepNotDefined,
     UnknownWorkflow,
     WaitUntilFailed,
 )
+from . import limits
 from .children import start_children
 from .fanout import open_batch
 from .inline import Budget, Continued, continue_inline
@@ -133,12 +135,23 @@ def claim_attempt(engine: Engine, step_id: int, job_id: str | None, *,
         if run["claim_pending"] and not evaluated and spec is not None and spec.wait_until is not None:
             assert klass is not None
             return WaitUntilDue(run, step_id, step_name, run["claim_attempt"], klass, spec)
+        started = None
+        if problem is None and run["claim_due"] and limits.limited(klass, spec):  # type: ignore[arg-type]
+            assert klass is not None and spec is not None
+            try:
+                may_run, started = limits.take(engine, tx, run, step_id, klass, spec,
+                                               partial(_instance, engine, run, klass, step_name, run["claim_attempt"]))
+            except InvalidInput as exc:  # its limit's key callable failed: a person must look
+                problem = exc
+            else:
+                if not may_run:
+                    return None  # in line: a given-back slot or the rate's wake-up sends it again
         # Claim the attempt and mark the run running in one statement.
         step = db.fetch_one(
             tx.conn, "claim_attempt",
             {"id": step_id, "wid": run["workflow_id"], "job": job_id, "worker": worker_name(),
-             "rev": engine.settings.app_revision, "runnable": problem is None,
-             "timeout": route(engine, klass, step_name)[2].total_seconds()},
+             "rev": engine.settings.app_revision, "runnable": problem is None, "started": started,
+             "timeout": route(engine, klass, step_name)[1].total_seconds()},
         )
         if step is None:
             return None
@@ -253,7 +266,7 @@ def _settle_wait_until(engine: Engine, due: WaitUntilDue, job_id: str | None) ->
                 return None  # paused or cancelled meanwhile: resume sends it again, still pending
             later = db.fetch_one(tx.conn, "postpone_to_wait_until", (moment, due.step_id, moment, moment))
             if later is not None:
-                sent = resend_step(engine, tx, due.klass, later)
+                sent = resend_step(engine, tx, due.klass, later, priority=run.get("priority"))
                 record_event(tx, run["workflow_id"], "rescheduled", "system", step=sent or later,
                              details={"scheduled_at": moment, "wait_until": True})
                 return None
@@ -354,7 +367,7 @@ def _record_with_retry(engine: Engine, claim: Claim, **outcome: Any) -> Claim | 
     instead of stalling with the outcome lost.
     """
     delay = 0.5
-    deadline = time.monotonic() + max(route(engine, claim.klass, claim.step["step_name"])[2].total_seconds(), 5)
+    deadline = time.monotonic() + max(route(engine, claim.klass, claim.step["step_name"])[1].total_seconds(), 5)
     refused = False
     while True:
         try:
@@ -410,6 +423,8 @@ def record_outcome(engine: Engine, claim: Claim, *, result: Any = None, error: B
             # (BEGIN and it in one round trip, no lock_run); nothing written when it cannot.
             nxt = continue_inline(engine, tx, claim.run, step, claim.klass, output, budget, job_id)
             if nxt is not None:
+                if limits.limited(claim.klass, claim.spec):  # a step slot given back may wake a waiter
+                    limits.watch(engine, tx)
                 count_attempt(tx, claim.run["workflow_class"], step["step_name"], "completed", claim.ran)
                 return _next_claim(claim, nxt, output)
         run = lock_run(tx, step["workflow_id"], attempt=step["id"])
@@ -456,6 +471,8 @@ def _apply(engine: Engine, tx: Transaction, claim: Claim, run: Row, *, output: A
            job_id: str | None, sleep: SleepRequest | None = None) -> Claim | None:
     """The outcome of an attempt still in progress, under the run's row lock."""
     step = claim.step
+    if limits.limited(claim.klass, claim.spec):  # the slots it gives back wake the next in line
+        limits.watch(engine, tx)
     not_before = _not_before(tx, sleep) if error is None and request is None else None
     outcome: str | None
     if isinstance(request, PauseRequested):

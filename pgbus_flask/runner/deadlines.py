@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .. import db, messages, metrics
 from ..db import Transaction
 from ..errors import StepStalled, WaitTimedOut, WorkflowNotFound
+from . import limits
 from .policy import fail_attempt
 from .rows import Row, error_columns, load_class, lock_run, move_run, move_step, now_of, record_event, spec_of
 from .scheduling import advance, next_send, send_after_commit
@@ -26,6 +27,7 @@ def fail_stalled(engine: Engine, step_id: int, workflow_id: Any) -> bool:
     """Fail an attempt still in progress past its stall deadline (its worker died or hung) with
     :class:`~pgbus_flask.errors.StepStalled`; the step's error policy decides what follows."""
     with engine.db.transaction() as tx:
+        limits.watch(engine, tx)  # the slots the attempt held go to the next in line
         try:
             run = lock_run(tx, workflow_id)
         except WorkflowNotFound:

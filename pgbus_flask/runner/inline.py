@@ -107,11 +107,11 @@ def continue_inline(engine: Engine, tx: Transaction, run: Row, step: Row, klass:
     if budget is None or run["status"] != "running" or tx.buffered:
         return None
     nxt = klass.next_step(step["step_name"])
-    if nxt is None or nxt.wait_for or nxt.wait or nxt.wait_until:
-        return None
+    if nxt is None or nxt.wait_for or nxt.wait or nxt.wait_until or nxt.concurrency or nxt.rate:
+        return None  # (a step with its own limit or rate is claimed by its job, which takes them)
     if not_before is not None and not_before > now_of(tx):
         return None
-    queue, _at_front, timeout = route(engine, klass, nxt.name)
+    queue, timeout = route(engine, klass, nxt.name, run.get("priority"))
     if not budget.allows(queue, timeout.total_seconds()):
         return None
     worker = worker_name()

@@ -13,26 +13,34 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .. import attention, db, states
+from .. import attention, db, flow, states
 from ..db import Transaction
+from ..definition import StepSpec
 from ..errors import UnknownWorkflow
 from .rows import Row, load_class, move_run, now_of, record_event, run_ended, spec_of
 
 if TYPE_CHECKING:
-    from ..definition import StepSpec
     from ..engine import Engine, StepJob
     from ..workflow import Workflow
 
 
-def route(engine: Engine, klass: type[Workflow] | None, step_name: str) -> tuple[str, bool, timedelta]:
-    """Queue, at-front and timeout of a step's job: the step's options, then the class's, then the settings'."""
+def route(engine: Engine, klass: type[Workflow] | None, step_name: str,
+          run_priority: int | None = None) -> tuple[str, timedelta]:
+    """The RQ queue (its priority band, see :func:`priority_of`) and timeout of a step's job: the
+    step's options, then the class's, then the settings'."""
     spec = spec_of(klass, step_name)
     queue = (spec.queue if spec else None) or (klass.queue if klass else None) or engine.settings.queue
-    priority = (spec.priority if spec and spec.priority is not None else None)
-    if priority is None and klass is not None:
-        priority = klass.priority
     timeout = (spec.timeout if spec else None) or engine.settings.step_timeout
-    return queue, bool(priority and priority > 0), timeout
+    return flow.band(queue, priority_of(klass, spec, run_priority)), timeout
+
+
+def priority_of(klass: type[Workflow] | None, spec: StepSpec | None, run_priority: int | None) -> int:
+    """A step's priority: the run's own (``start(..., priority=)``), else the step's, else the class's, else 0."""
+    if run_priority is not None:
+        return run_priority
+    if spec is not None and spec.priority is not None:
+        return spec.priority
+    return (klass.priority if klass is not None else None) or 0
 
 
 #: The first part of every step job's id (the step row's id follows).
@@ -50,25 +58,27 @@ def next_send(step: Row) -> dict[str, Any]:
     return {"sends": sends, "job_id": step_job_id(step["id"], sends)}
 
 
-def _step_job(engine: Engine, klass: type[Workflow] | None, step: Row, replaces: str | None = None) -> StepJob:
+def step_job(engine: Engine, klass: type[Workflow] | None, step: Row, replaces: str | None = None,
+              priority: int | None = None) -> StepJob:
+    """The job of ``step``; ``priority``: its run's own (else the row's ``run_priority``, when read with it)."""
     from ..engine import StepJob
 
-    queue, at_front, timeout = route(engine, klass, step["step_name"])
+    queue, timeout = route(engine, klass, step["step_name"], step.get("run_priority") if priority is None else priority)
     description = f"{step['workflow_class']}.{step['step_name']} #{step['attempt']} (run {step['workflow_id']})"
-    return StepJob(step["id"], step["job_id"], queue, step["scheduled_at"], at_front, timeout, description,
+    return StepJob(step["id"], step["job_id"], queue, step["scheduled_at"], timeout, description,
                    replaces=replaces if replaces != step["job_id"] else None)
 
 
-def send(engine: Engine, klass: type[Workflow] | None, step: Row) -> None:
+def send(engine: Engine, klass: type[Workflow] | None, step: Row, priority: int | None = None) -> None:
     """Enqueue ``step``'s job now (callers: after the transaction that wrote it committed)."""
-    engine.send_step(_step_job(engine, klass, step))
+    engine.send_step(step_job(engine, klass, step, priority=priority))
 
 
 def send_after_commit(engine: Engine, tx: Transaction, klass: type[Workflow] | None, step: Row, *,
-                      replaces: str | None = None) -> None:
+                      replaces: str | None = None, priority: int | None = None) -> None:
     """Send ``step``'s job once ``tx`` commits (never if it rolls back), withdrawing the job it
-    ``replaces`` if that one is still queued or scheduled."""
-    job = _step_job(engine, klass, step, replaces)
+    ``replaces`` if that one is still queued or scheduled; ``priority``: its run's own."""
+    job = step_job(engine, klass, step, replaces, priority)
     tx.after_commit(lambda: engine.send_step(job))
 
 
@@ -102,12 +112,12 @@ def schedule_step(
     later = (delay or at is not None) and step["scheduled_at"] > now_of(tx)
     record_event(tx, run["workflow_id"], "step_scheduled", actor, reason=reason, step=step,
                  details={"scheduled_at": step["scheduled_at"]} if later else None)
-    send_after_commit(engine, tx, klass, step)
+    send_after_commit(engine, tx, klass, step, priority=run.get("priority"))
     return step  # type: ignore[no-any-return]
 
 
 def resend_step(engine: Engine, tx: Transaction, klass: type[Workflow] | None, step: Row,
-                at: datetime | None = None) -> Row | None:
+                at: datetime | None = None, priority: int | None = None) -> Row | None:
     """Send a scheduled step again, due at ``at`` if given (a moment someone chose: its step's
     wait_until is then not evaluated), with its next job id, and its earlier job withdrawn if
     still waiting. None if ``step`` (as read under the run's lock) is no longer scheduled or
@@ -116,7 +126,7 @@ def resend_step(engine: Engine, tx: Transaction, klass: type[Workflow] | None, s
     row = db.fetch_one(tx.conn, "resend_step",
                        (send["sends"], send["job_id"], at, at is None, step["id"], step["sends"]))
     if row is not None:
-        send_after_commit(engine, tx, klass, row, replaces=step["job_id"])
+        send_after_commit(engine, tx, klass, row, replaces=step["job_id"], priority=priority)
     return row  # type: ignore[no-any-return]
 
 
@@ -134,7 +144,7 @@ def resend_lost(engine: Engine, lost: Sequence[tuple[int, int, str | None]]) -> 
             {"ids": [i for i, _, _ in lost], "sends": [n for _, n, _ in lost], "jobs": [j for _, _, j in lost],
              "next": [step_job_id(i, n + 1) for i, n, _ in lost]},
         )
-        jobs = [_step_job(engine, load_class(engine, row["workflow_class"]), row, row["replaces"]) for row in rows]
+        jobs = [step_job(engine, load_class(engine, row["workflow_class"]), row, row["replaces"]) for row in rows]
         tx.after_commit(lambda: engine.send_steps(jobs))
     return len(rows)
 

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .. import db, payload, states
-from ..db import current_transaction
-from ..errors import InvalidInput, PgbusError, SubjectConflict
-from .rows import Row, cap
+from .. import db, flow, payload, states
+from ..db import Transaction, current_transaction
+from ..errors import InvalidInput, KeyBusy, PgbusError, SubjectConflict
+from .rows import Row, cap, record_event
 from .scheduling import JOB_PREFIX, send, send_after_commit
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ def start(
     actor: str,
     conn: Any,
     parent: tuple[Any, str] | None = None,
+    priority: int | None = None,
 ) -> Started:
     """Insert a run, its first step and its events in one transaction; send the step after commit.
 
@@ -62,10 +63,17 @@ def start(
     payload.check_text(actor, "actor", max_bytes=states.ACTOR_LIMIT, allow_newlines=False)
     workflow_id = uuid.uuid4()
     values = _start_values(klass, workflow_id, arguments, subject_type, subject_id, idempotency_key, actor, parent)
+    values["priority"] = flow.checked_priority(priority, "priority")
+    values["limit"], values["limit_key"] = _limit_of(engine, klass, workflow_id, args, kwargs, subject_type, subject_id)
     outer = current_transaction()
-    if conn is None and (outer is None or outer.database is not engine.db):
+    busy_rule = klass.concurrency.on_busy if klass.concurrency is not None else "queue"
+    if conn is None and (outer is None or outer.database is not engine.db) and busy_rule == "queue":
         return _start_alone(engine, klass, values)
     with engine.db.transaction(conn) as tx:
+        if busy_rule != "queue":
+            replaced = _when_busy(tx, klass, values, arguments, actor)
+            if replaced is not None:
+                return Started(replaced, None, None, None)
         try:
             with tx.conn.transaction():  # a savepoint: the application's transaction stays usable
                 run = db.fetch_one(tx.conn, "start_run", values)
@@ -75,7 +83,7 @@ def start(
             return Started(_existing(tx.conn, klass, idempotency_key), None, None, None)
         first = db.fetch_one(tx.conn, "run_steps", (workflow_id,))
         assert first is not None  # written by the statement above
-        send_after_commit(engine, tx, klass, first)
+        send_after_commit(engine, tx, klass, first, priority=values["priority"])
         return Started(workflow_id, run, first, klass)
 
 
@@ -137,8 +145,42 @@ def _start_alone(engine: Engine, klass: type[Workflow], values: dict[str, Any]) 
         if run is None:
             return Started(_existing(conn, klass, values["key"]), None, None, None)
     assert first is not None
-    send(engine, klass, first)
+    send(engine, klass, first, values["priority"])
     return Started(values["wid"], run, first, klass)
+
+
+def _limit_of(engine: Engine, klass: type[Workflow], workflow_id: uuid.UUID, args: Sequence[Any],
+              kwargs: dict[str, Any], subject_type: str | None,
+              subject_id: str | None) -> tuple[str | None, str | None]:
+    """The class limit's name and this run's key (None, None without a limit): the key callable sees
+    the run as its steps will (``wf.args``, ``wf.kwargs``, ``wf.subject``)."""
+    if klass.concurrency is None:
+        return None, None
+    instance = klass(engine=engine, workflow_id=workflow_id, args=args, kwargs=dict(kwargs),
+                     subject=(subject_type, subject_id or "") if subject_type else None, attempt=0,
+                     step_name=klass.steps[0].name)
+    return klass.limit_name, klass.concurrency.key_of(instance)
+
+
+def _when_busy(tx: Transaction, klass: type[Workflow], values: dict[str, Any], arguments: Any,
+               actor: str) -> Any:
+    """A class limit with ``on_busy`` refuse or replace, under its key's lock: KeyBusy when the key
+    is busy and the rule refuses; the id of the key's run that has not started yet when the rule
+    replaces (it took these arguments); None: start a run."""
+    limit = klass.concurrency
+    assert limit is not None
+    found = db.fetch_one(tx.conn, "key_activity", {"name": values["limit"], "key": values["limit_key"],
+                                                   "cls": klass.workflow_name})
+    assert found is not None
+    if limit.on_busy == "replace" and found["unstarted"] is not None:
+        db.run(tx.conn, "replace_arguments", (Jsonb(arguments), found["unstarted"]))
+        record_event(tx, found["unstarted"], "arguments_replaced", actor,
+                     details={"limit": values["limit"], "key": values["limit_key"]})
+        return found["unstarted"]
+    if limit.on_busy == "refuse" and (found["active"] >= limit.capacity or found["in_line"] > 0):
+        raise KeyBusy(klass.workflow_name, values["limit"], values["limit_key"], limit.capacity,
+                      found["active"] + found["in_line"])
+    return None
 
 
 def _conflict(conn: psycopg.Connection[Any], klass: type[Workflow], subject_type: str | None,

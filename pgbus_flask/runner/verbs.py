@@ -69,7 +69,7 @@ def resume(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str 
         else:
             move_run(tx.conn, workflow_id, ["paused"], "ready", paused_at=None)
             if latest is not None and latest["status"] == "scheduled":
-                resend_step(engine, tx, klass, latest)
+                resend_step(engine, tx, klass, latest, priority=run.get("priority"))
             else:
                 schedule_step(engine, tx, run, klass, plan.step or klass.steps[0].name, actor=actor)
         return plan
@@ -125,9 +125,9 @@ def _adopt_definition(tx: Transaction, run: Row, klass: type[Workflow], actor: s
 def run_now(engine: Engine, workflow_id: Any, *, actor: str = "app", reason: str | None = None) -> None:
     check_who(actor, reason)
     with engine.db.transaction() as tx:
-        _run, latest, klass = check_allowed(engine, tx, "run_now", workflow_id)
+        run, latest, klass = check_allowed(engine, tx, "run_now", workflow_id)
         assert latest is not None
-        sent = resend_step(engine, tx, klass, latest, at=now_of(tx))
+        sent = resend_step(engine, tx, klass, latest, at=now_of(tx), priority=run.get("priority"))
         record_event(tx, workflow_id, "run_now", actor, reason=reason, step=sent)
 
 
@@ -145,9 +145,9 @@ def reschedule(engine: Engine, workflow_id: Any, at: datetime, *, actor: str = "
         raise InvalidInput("at", f"must be between {RESCHEDULE_EARLIEST:%Y-%m-%d} and {RESCHEDULE_LATEST:%Y-%m-%d} "
                                  f"(UTC), got {at.isoformat()}")
     with engine.db.transaction() as tx:
-        _run, latest, klass = check_allowed(engine, tx, "reschedule", workflow_id)
+        run, latest, klass = check_allowed(engine, tx, "reschedule", workflow_id)
         assert latest is not None
-        sent = resend_step(engine, tx, klass, latest, at=at)
+        sent = resend_step(engine, tx, klass, latest, at=at, priority=run.get("priority"))
         record_event(tx, workflow_id, "rescheduled", actor, reason=reason, step=sent,
                      details={"scheduled_at": at})
 

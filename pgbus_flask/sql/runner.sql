@@ -73,7 +73,7 @@ FROM unnest(%(ids)s::bigint[], %(sends)s::integer[], %(jobs)s::text[], %(next)s:
      pgbus_workflows w
 WHERE s.id = seen.id AND s.sends = seen.sends AND s.status = 'scheduled'
   AND w.workflow_id = s.workflow_id AND w.status = 'ready'
-RETURNING s.*, seen.job_id AS replaces;
+RETURNING s.*, seen.job_id AS replaces, w.priority AS run_priority;
 
 -- name: earlier_outcomes
 -- The outcomes of a step's earlier attempts, the latest first (how many reattempts in a row).
@@ -88,9 +88,9 @@ WITH ids AS (
     INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, subject_type, subject_id,
                                  idempotency_key, definition_digest, arguments, started_by,
                                  attention_reason, attention_since, attention_step_id, parent_workflow_id,
-                                 parent_step_name)
+                                 parent_step_name, priority, limit_name, limit_key)
     SELECT %(wid)s, %(cls)s, 'ready', %(step)s, %(stype)s, %(sid)s, %(key)s, %(digest)s, %(args)s, %(actor)s,
-           'overdue', due, step_id, %(parent)s, %(parent_step)s
+           'overdue', due, step_id, %(parent)s, %(parent_step)s, %(priority)s, %(limit)s, %(limit_key)s
     FROM ids
     ON CONFLICT (workflow_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING *
@@ -292,17 +292,18 @@ WHERE id = (SELECT id FROM pgbus_workflow_signals WHERE workflow_id = %(wid)s AN
 RETURNING *;
 
 -- name: lock_run_of_step
--- The run of step attempt %s locked, with the step's name and attempt, the transaction's now(), and whether its wait_until is still to be evaluated now (one round trip).
+-- The run of step attempt %s locked, with the step's name and attempt, the transaction's now(), whether its wait_until is still to be evaluated now, whether it is due, and its place in a flow-control line (one round trip).
 SELECT w.*, s.step_name AS claim_step, s.attempt AS claim_attempt, now() AS tx_now,
   s.wait_until_pending AND s.status = 'scheduled' AND s.scheduled_at <= now() + interval '1 second'
-  AS claim_pending FROM pgbus_workflows w
+  AS claim_pending, s.status = 'scheduled' AND s.scheduled_at <= now() + interval '1 second' AS claim_due,
+  s.blocked_on AS claim_blocked_on, s.blocked_since AS claim_blocked_since FROM pgbus_workflows w
 JOIN pgbus_workflow_steps s ON s.workflow_id = w.workflow_id AND s.id = %s FOR UPDATE OF w;
 
 -- name: claim_attempt
--- Claim a scheduled step attempt that is due and mark its run running (when %(runnable)s), in one statement.
+-- Claim a scheduled step attempt that is due and mark its run running (when %(runnable)s), in one statement; %(started)s: its rate's start (else now()).
 WITH claimed AS (
-    UPDATE pgbus_workflow_steps SET status = 'in_progress', started_at = now(),
-        stall_at = now() + make_interval(secs => %(timeout)s), job_id = COALESCE(%(job)s, job_id),
+    UPDATE pgbus_workflow_steps SET status = 'in_progress', started_at = COALESCE(%(started)s, now()),
+        stall_at = COALESCE(%(started)s, now()) + make_interval(secs => %(timeout)s), job_id = COALESCE(%(job)s, job_id),
         worker = %(worker)s, app_revision = %(rev)s, wait_until_pending = false
     WHERE id = %(id)s AND status = 'scheduled' AND scheduled_at <= now() + interval '1 second'
     RETURNING *
@@ -337,3 +338,42 @@ SELECT * FROM pgbus_workflow_steps WHERE id = %s AND status = 'waiting' AND time
 -- A pending fan-out child whose job Redis lost gets a new job id (no row: it was recorded meanwhile).
 UPDATE pgbus_batch_children SET job_id = %s, enqueued_at = now() WHERE batch_id = %s
   AND position = %s AND status = 'pending' RETURNING position;
+
+-- name: take_slots
+-- Take the concurrency slots a due step attempt needs (pgbus_take_slots, migration 0017): busy is NULL when all are held now, else the {limit, key} it waits in line for.
+SELECT pgbus_take_slots(%s, %s, %s::text[], %s::text[], %s::integer[], %s::text[], %s) AS busy;
+
+-- name: take_rate
+-- A start of a rate for a due step attempt (pgbus_take_rate): started, or the moment its wake-up is due and whether this claim must send it.
+SELECT * FROM pgbus_take_rate(%s, %s, %s, %s, %s, %s, %s);
+
+-- name: wake_rate
+-- A rate's wake-up (pgbus_wake_rate): the steps it woke and the moment of the next one.
+SELECT * FROM pgbus_wake_rate(%s);
+
+-- name: regrant_slots
+-- Give the free slots of a (limit, key) to its waiters, its lock held (the sweep).
+SELECT pg_advisory_xact_lock(pgbus_limit_lock(%(name)s, %(key)s)), pgbus_grant_slots(%(name)s, %(key)s) AS woken;
+
+-- name: woken_steps
+-- The steps a given-back slot or a rate's wake-up woke, as their jobs are sent (with their run's priority).
+SELECT s.*, w.priority AS run_priority FROM pgbus_workflow_steps s
+JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id
+WHERE s.id = ANY(%s) AND s.status = 'scheduled' AND w.status = 'ready';
+
+-- name: key_activity
+-- A class limit's key under its lock (start() with on_busy refuse or replace): its runs that hold or may take a slot (ready, running), those in line for it, and its oldest run that has not started a step yet.
+SELECT pg_advisory_xact_lock(pgbus_limit_lock(%(name)s, %(key)s)),
+  (SELECT count(*) FROM pgbus_workflows WHERE limit_name = %(name)s AND limit_key = %(key)s
+     AND status IN ('ready', 'running')) AS active,
+  (SELECT count(*) FROM pgbus_workflow_steps WHERE blocked_on = %(name)s AND blocked_key = %(key)s
+     AND status = 'scheduled') AS in_line,
+  (SELECT w.workflow_id FROM pgbus_workflows w WHERE w.limit_name = %(name)s AND w.limit_key = %(key)s
+     AND w.status IN ('ready', 'waiting') AND w.workflow_class = %(cls)s
+     AND NOT EXISTS (SELECT 1 FROM pgbus_workflow_steps s WHERE s.workflow_id = w.workflow_id
+                       AND (s.started_at IS NOT NULL OR s.status <> 'scheduled'))
+   ORDER BY w.created_at, w.workflow_id LIMIT 1 FOR UPDATE OF w SKIP LOCKED) AS unstarted;
+
+-- name: replace_arguments
+-- The arguments of a run that has not started a step yet, replaced by a later start (on_busy replace).
+UPDATE pgbus_workflows SET arguments = %s, updated_at = now() WHERE workflow_id = %s RETURNING workflow_id;

@@ -108,8 +108,9 @@ _IN_LIST = re.compile(r"\bIN\s*\(\s*('[^']*'(?:\s*,\s*'[^']*')*)\s*\)", re.IGNOR
 #: The kinds of value a list may hold, and the lists states.py names for each (a list of such
 #: values written in SQL must be one of them, in the same order).
 KINDS: dict[str, tuple[tuple[str, ...], list[tuple[str, ...]]]] = {
-    "run statuses": (states.RUN_STATUSES, [states.ONGOING, states.TERMINAL, states.RUN_STATUSES]),
-    "step statuses": (states.STEP_STATUSES, [states.OPEN_STEP, states.STEP_STATUSES]),
+    "run statuses": (states.RUN_STATUSES, [states.ONGOING, states.TERMINAL, states.RUN_STATUSES,
+                                           states.SLOT_HOLDING_RUN, states.LIMIT_KEY_RUNS, states.UNSTARTED_RUN]),
+    "step statuses": (states.STEP_STATUSES, [states.OPEN_STEP, states.STEP_STATUSES, states.SLOT_HOLDING_STEP]),
     "stuck reasons": (states.STUCK_REASONS, [states.PAUSED_REASONS, attention.DUE_REASONS, states.STUCK_REASONS]),
 }
 
