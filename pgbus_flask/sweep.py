@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 
 from . import attention, db, insights, metrics, runner, schedules
+from .definition import registry
 from .engine import Engine
 from .errors import ChildLost
 from .rq_state import DIED, LIVE, job_statuses
@@ -47,6 +48,8 @@ FIND = {
     "overdue": "sweep_overdue",
     "expired_waits": "sweep_expired_waits",
     "lost_children": "sweep_lost_children",
+    "flow_lines": "sweep_flow_lines",
+    "flow_rates": "sweep_flow_rates",
     "retention_finished": "sweep_retention_finished",
     "retention_cancelled": "sweep_retention_cancelled",
 }
@@ -68,6 +71,8 @@ class SweepReport:
     children_resent: int = 0
     child_runs_cancelled: int = 0
     child_waits_settled: int = 0
+    slots_granted: int = 0
+    rates_woken: int = 0
     deleted_runs: int = 0
     counts_folded: int = 0
     insights_folded: int = 0
@@ -75,7 +80,8 @@ class SweepReport:
 
     def total(self) -> int:
         return (self.schedules_started + self.stalled + self.resent + self.wait_timeouts + self.children_failed
-                + self.children_resent + self.child_runs_cancelled + self.child_waits_settled + self.deleted_runs)
+                + self.children_resent + self.child_runs_cancelled + self.child_waits_settled + self.deleted_runs
+                + self.slots_granted + self.rates_woken)
 
 
 def sweep(engine: Engine) -> SweepReport:
@@ -215,6 +221,21 @@ def _child_runs(engine: Engine, report: SweepReport) -> None:
     report.child_waits_settled += settled
 
 
+#: Seconds past its moment after which the sweep wakes a rate whose wake-up did not come.
+RATE_WAKE_LATE = 10.0
+
+
+def _flow(engine: Engine, report: SweepReport) -> None:
+    """Flow control's safety net (docs/flow-control.md): lines of a concurrency limit with a free slot
+    and a waiting run get the slot (a capacity raised since, a waiter skipped by a grant because another
+    transaction held it), and rates with waiting runs whose wake-up job is missing or late are woken."""
+    runner.declare(engine, list(registry().values()))
+    lines = _ids(engine, "flow_lines", {"limit": BATCH})
+    report.slots_granted += runner.regrant(engine, [(name, key) for name, key in lines])
+    for (name,) in _ids(engine, "flow_rates", {"late": RATE_WAKE_LATE}):
+        report.rates_woken += runner.wake_rate(engine, name)
+
+
 def _retention(engine: Engine, report: SweepReport) -> None:
     """Finished runs older than PGBUS_RETENTION_FINISHED and cancelled ones older than
     PGBUS_RETENTION_CANCELLED (each PGBUS_RETENTION unless set; None keeps them): deleted, the oldest
@@ -253,7 +274,7 @@ def _fold_insights(engine: Engine, report: SweepReport) -> None:
 
 
 #: The parts, in the order one sweep runs them.
-PARTS = (_schedules, _stalled, _overdue, _expired_waits, _lost_children, _child_runs, _retention,
+PARTS = (_schedules, _stalled, _overdue, _expired_waits, _lost_children, _child_runs, _flow, _retention,
          _fold_counts, _fold_insights)
 
 

@@ -83,3 +83,19 @@ class Prioritised(Workflow):
     @step
     def only(self) -> str:
         return "done"
+
+
+class ChaosTenant(Workflow):
+    """Two steps, at most 2 runs a tenant; a killed worker's attempt stalls after 3 s and is attempted again."""
+
+    concurrency = Limit(2, key=lambda wf: wf.kwargs["tenant"])
+
+    @step(timeout=timedelta(seconds=3), on_error="reattempt", max_reattempts=20, backoff=0)
+    def work(self) -> str:
+        time.sleep(float(self.kwargs.get("seconds", 0.2)))
+        return "worked"
+
+    @step(timeout=timedelta(seconds=3), on_error="reattempt", max_reattempts=20, backoff=0)
+    def done(self) -> str:
+        time.sleep(float(self.kwargs.get("seconds", 0.2)))
+        return "done"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from pgbus_flask import Workflow, step
+from pgbus_flask import Limit, Workflow, step
 
 #: The signal every waiting step of these classes waits for.
 SIGNAL = "go"
@@ -139,7 +139,39 @@ class ModelFanOut(Workflow):
         return "gathered"
 
 
+#: The capacity of the model's limits: one, so that any two runs of a key contend.
+MODEL_CAPACITY = 1
+
+
+class ModelLimited(Workflow):
+    """At most one run a key running a step (the key: ``tenant``, "t" by default); ``second`` also
+    takes a slot of "model-shared", which :class:`ModelShared` names too, and fails (pause) on
+    attempts up to ``fail_until``."""
+
+    concurrency = Limit(MODEL_CAPACITY, key=lambda wf: wf.kwargs.get("tenant", "t"))
+
+    @step
+    def first(self) -> str:
+        return "first"
+
+    @step(concurrency=Limit(MODEL_CAPACITY, name="model-shared"))
+    def second(self) -> str:
+        if self.attempt <= self.kwargs.get("fail_until", 0):
+            raise ValueError(f"second failed on attempt {self.attempt}")
+        return "second"
+
+
+class ModelShared(Workflow):
+    """One step that takes the slot of "model-shared"; reattempts once on failure."""
+
+    @step(concurrency=Limit(MODEL_CAPACITY, name="model-shared"), on_error="reattempt", max_reattempts=1, backoff=0)
+    def only(self) -> str:
+        if self.attempt <= self.kwargs.get("fail_until", 0):
+            raise ValueError(f"only failed on attempt {self.attempt}")
+        return "only"
+
+
 CLASSES: tuple[type[Workflow], ...] = (
     ModelPlain, ModelReattempt, ModelSelfPause, ModelWaitFail, ModelWaitSkip, ModelWaitContinue, ModelWaitForever,
-    ModelFanOut,
+    ModelFanOut, ModelLimited, ModelShared,
 )

@@ -38,7 +38,7 @@ from .children import cancel_children, cancel_run, child_key, settle, sweep_chil
 from .deadlines import expire_wait, fail_stalled
 from .fanout import finish_batch, open_batch, record_child, resend_child
 from .inline import Budget, Continued
-from .limits import regrant, wake_rate
+from .limits import declare, regrant, wake_rate
 from .policy import fail_attempt
 from .rows import (
     RESCHEDULE_EARLIEST,
@@ -84,6 +84,7 @@ __all__ = [
     "child_key",
     "claim_attempt",
     "completed_outputs",
+    "declare",
     "error_columns",
     "error_name",
     "expire_wait",

@@ -123,6 +123,32 @@ def wake_rate(engine: Engine, name: str) -> int:
     return len(woken)
 
 
+def declared(classes: list[type[Workflow]]) -> dict[tuple[str, str], tuple[int, float | None]]:
+    """Every limit and rate ``classes`` declare: (kind, name) to (capacity, window in seconds)."""
+    found: dict[tuple[str, str], tuple[int, float | None]] = {}
+    for klass in classes:
+        if klass.concurrency is not None:
+            found[("run", klass.limit_name or klass.workflow_name)] = (klass.concurrency.capacity, None)
+        for spec in klass.steps:
+            if spec.concurrency is not None and spec.concurrency.name:
+                found[("step", spec.concurrency.name)] = (spec.concurrency.capacity, None)
+            if spec.rate is not None and spec.rate.name:
+                found[("rate", spec.rate.name)] = (spec.rate.count, spec.rate.per.total_seconds())
+    return found
+
+
+def declare(engine: Engine, classes: list[type[Workflow]]) -> None:
+    """Store the limits and rates ``classes`` declare where they changed (the sweep, each time: a
+    deploy that raised a capacity frees slots for the waiting runs without waiting for a claim)."""
+    found = declared(classes)
+    if not found:
+        return
+    keys = list(found)
+    with engine.db.transaction() as tx:
+        db.run(tx.conn, "declare_limits", ([name for _, name in keys], [kind for kind, _ in keys],
+                                           [found[k][0] for k in keys], [found[k][1] for k in keys]))
+
+
 def regrant(engine: Engine, lines: list[tuple[str, str]]) -> int:
     """Give the free slots of these (limit, key) lines to their waiters (the sweep: a capacity raised,
     a waiter a grant skipped while another transaction held it). Returns how many were woken."""

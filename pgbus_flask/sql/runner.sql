@@ -377,3 +377,11 @@ SELECT pg_advisory_xact_lock(pgbus_limit_lock(%(name)s, %(key)s)),
 -- name: replace_arguments
 -- The arguments of a run that has not started a step yet, replaced by a later start (on_busy replace).
 UPDATE pgbus_workflows SET arguments = %s, updated_at = now() WHERE workflow_id = %s RETURNING workflow_id;
+
+-- name: declare_limits
+-- The limits and rates the registered classes declare (name, kind, capacity, window), stored where they changed: a capacity raised reaches the grants and the Limits page without waiting for a claim.
+INSERT INTO pgbus_limits AS l (name, kind, capacity, per_seconds)
+SELECT * FROM unnest(%s::text[], %s::text[], %s::integer[], %s::double precision[])
+ON CONFLICT (kind, name) DO UPDATE SET capacity = EXCLUDED.capacity, per_seconds = EXCLUDED.per_seconds,
+    updated_at = now()
+WHERE l.capacity <> EXCLUDED.capacity OR l.per_seconds IS DISTINCT FROM EXCLUDED.per_seconds;

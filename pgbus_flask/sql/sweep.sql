@@ -69,3 +69,22 @@ DELETE FROM pgbus_workflows WHERE id IN (SELECT id FROM pgbus_workflows
 DELETE FROM pgbus_workflows WHERE id IN (SELECT id FROM pgbus_workflows
   WHERE status = 'cancelled' AND updated_at < now() - make_interval(secs => %s)
   ORDER BY updated_at LIMIT %s);
+
+-- name: sweep_flow_lines
+-- The lines of concurrency limits (limit, key) with a waiting run and a free slot: a capacity raised since, or a waiter a grant skipped while another transaction held its run (pgbus_workflow_steps_blocked).
+SELECT l.blocked_on, l.blocked_key FROM (
+    SELECT DISTINCT s.blocked_on, s.blocked_key FROM pgbus_workflow_steps s
+    JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'waiting'
+    WHERE s.blocked_on IS NOT NULL AND s.blocked_key IS NOT NULL AND s.status = 'scheduled'
+) l
+JOIN pgbus_limits m ON m.name = l.blocked_on AND m.kind <> 'rate'
+WHERE (SELECT count(*) FROM pgbus_limit_slots t WHERE t.limit_name = l.blocked_on AND t.limit_key = l.blocked_key
+         AND t.slot <= m.capacity AND (t.holder_run IS NOT NULL OR t.holder_step IS NOT NULL)) < m.capacity
+LIMIT %(limit)s;
+
+-- name: sweep_flow_rates
+-- The rates with waiting runs whose wake-up is missing or late by %(late)s seconds (its job lost with Redis, or never sent).
+SELECT m.name FROM pgbus_limits m
+WHERE m.kind = 'rate' AND (m.wake_at IS NULL OR m.wake_at < now() - make_interval(secs => %(late)s))
+  AND EXISTS (SELECT 1 FROM pgbus_workflow_steps s WHERE s.blocked_on = m.name AND s.blocked_key IS NULL
+                AND s.status = 'scheduled');

@@ -102,7 +102,7 @@ from pgbus_flask.jobs import run_child, run_step
 from pgbus_flask.sweep import sweep
 from pgbus_flask.testing import TABLES, empty
 from pgbus_flask.workflow import PauseRequested, ReattemptRequested, Workflow
-from tests.model_workflows import CLASSES, SIGNAL
+from tests.model_workflows import CLASSES, MODEL_CAPACITY, SIGNAL
 from tests.support import QuietWorker
 
 Row = dict[str, Any]
@@ -133,11 +133,36 @@ def chosen_settings() -> settings:
 STATUS_AGREES: dict[str, tuple[str, ...]] = {
     "ready": ("scheduled",),
     "running": ("in_progress",),
-    "waiting": ("waiting",),
+    "waiting": ("waiting", "scheduled"),  # scheduled: in line for a slot (blocked_on)
     "paused": ("scheduled", "in_progress", "waiting", "completed", "failed", "skipped", "cancelled"),
     "finished": ("completed", "skipped"),
     "cancelled": ("completed", "failed", "skipped", "cancelled"),
 }
+
+#: Held slots whose holder does not hold them, and holders that hold no slot (docs/flow-control.md).
+LEAKED_SLOTS = """
+SELECT 'slot', t.limit_name, t.limit_key FROM pgbus_limit_slots t
+LEFT JOIN pgbus_workflows w ON w.workflow_id = t.holder_run
+LEFT JOIN pgbus_workflow_steps s ON s.id = t.holder_step
+WHERE (t.holder_run IS NOT NULL AND (w.workflow_id IS NULL OR NOT w.holds_slot OR w.status NOT IN ('ready', 'running')))
+   OR (t.holder_step IS NOT NULL AND (s.id IS NULL OR NOT s.holds_slot OR s.status NOT IN ('scheduled', 'in_progress')))
+UNION ALL
+SELECT 'run', w.workflow_class, w.workflow_id::text FROM pgbus_workflows w
+WHERE w.holds_slot AND NOT EXISTS (SELECT 1 FROM pgbus_limit_slots t WHERE t.holder_run = w.workflow_id)
+UNION ALL
+SELECT 'step', s.workflow_class, s.id::text FROM pgbus_workflow_steps s
+WHERE s.holds_slot AND NOT EXISTS (SELECT 1 FROM pgbus_limit_slots t WHERE t.holder_step = s.id)
+"""
+#: Each line (limit, key): slots held, and runs waiting in it.
+LINES = """
+SELECT k.name, k.key,
+  (SELECT count(*) FROM pgbus_limit_slots t WHERE t.limit_name = k.name AND t.limit_key = k.key
+     AND (t.holder_run IS NOT NULL OR t.holder_step IS NOT NULL)),
+  (SELECT count(*) FROM pgbus_workflow_steps s JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id
+   WHERE s.blocked_on = k.name AND s.blocked_key = k.key AND s.status = 'scheduled' AND w.status = 'waiting')
+FROM (SELECT DISTINCT limit_name AS name, limit_key AS key FROM pgbus_limit_slots
+      UNION SELECT DISTINCT blocked_on, blocked_key FROM pgbus_workflow_steps WHERE blocked_key IS NOT NULL) k
+"""
 
 ACTORS = ("app", "cli:alice", "dashboard:bob", "mcp", "system")
 #: Reasons by the name the failing examples print.
@@ -236,6 +261,10 @@ def replay_status(events: list[Row]) -> str | None:
             status = {"keep_waiting": "waiting", "let_finish": "running", "finish": status}.get(plan, "ready")
         elif event == "signal_claimed" and status == "waiting":
             status = "ready"  # a signal woke the parked step
+        elif event == "slot_waiting" and status == "ready":
+            status = "waiting"  # its claim found no free slot: in line
+        elif event == "slot_granted" and status == "waiting":
+            status = "ready"
         elif event == "wait_timed_out" and details.get("on_timeout") == "continue":
             status = "ready"
     return status
@@ -280,6 +309,9 @@ def expected_stuck(world: World, engine: Engine) -> set[tuple[Any, str, str]]:
         elif (status == "waiting" and waiting is not None and latest["status"] == "waiting"
               and latest["timeout_at"] is None and latest["waiting_since"] < world.now - waiting):
             found.add((wid, "waiting_overdue", latest["step_name"]))
+        elif (status == "waiting" and waiting is not None and latest["status"] == "scheduled"
+              and latest["blocked_since"] < world.now - waiting):
+            found.add((wid, "waiting_overdue", latest["step_name"]))  # in line for a slot too long
     return found
 
 
@@ -294,6 +326,8 @@ def expected_attention(run: Row, latest: Row) -> tuple[Any, ...]:
         reason, since = "overdue", latest["scheduled_at"]
     elif status == "waiting" and latest["status"] == "waiting" and latest["timeout_at"] is None:
         reason, since = "waiting_overdue", latest["waiting_since"]  # on a signal or on a fan-out batch
+    elif status == "waiting" and latest["status"] == "scheduled":
+        reason, since = "waiting_overdue", latest["blocked_since"]  # in line for a slot
     if reason is None:
         return (None, None, None, None)
     return (reason, since, latest["id"], latest["error_class"])
@@ -483,8 +517,9 @@ class EngineModel(RuleBasedStateMachine):
             "due_long_ago": "UPDATE pgbus_workflow_steps SET scheduled_at = scheduled_at - interval '1 day',"
                             " enqueued_at = enqueued_at - interval '1 day'"
                             " WHERE workflow_id = %(wid)s AND status = 'scheduled'",
-            "waiting_long": "UPDATE pgbus_workflow_steps SET waiting_since = waiting_since - interval '1 day'"
-                            " WHERE workflow_id = %(wid)s AND status = 'waiting'",
+            "waiting_long": "UPDATE pgbus_workflow_steps SET waiting_since = waiting_since - interval '1 day',"
+                            " blocked_since = blocked_since - interval '1 day'"
+                            " WHERE workflow_id = %(wid)s AND status IN ('waiting', 'scheduled')",
         }[what]
         wid = self.pick(i)
         with self.engine.db.connection() as conn:
@@ -658,6 +693,7 @@ class EngineModel(RuleBasedStateMachine):
         problems += self.stored_attention_problems(world)
         problems += self.attention_problems(world)
         problems += self.job_problems(world)
+        problems += self.slot_problems()
         assert not problems, "\n".join(problems)
 
     def run_problems(self, world: World, run: Row) -> list[str]:
@@ -797,6 +833,22 @@ class EngineModel(RuleBasedStateMachine):
                   r["runs"] for r in world.counts}
         if stored != dict(expected_counts(world)):
             problems.append(f"pgbus_run_counts says {stored}, the runs say {dict(expected_counts(world))}")
+        return problems
+
+    def slot_problems(self) -> list[str]:
+        """Flow control (docs/flow-control.md): slots taken = holders. Every held slot's holder is a run
+        ready or running, or a step attempt scheduled (granted) or in progress, whose row says it holds;
+        every row that says so holds one; no line holds more than its capacity; and no run waits in a
+        line that has a free slot (a given-back slot always went to the first in line)."""
+        with self.engine.db.connection() as conn:
+            leaked = conn.execute(LEAKED_SLOTS).fetchall()
+            lines = conn.execute(LINES).fetchall()
+        problems = [f"{kind} {name} {key}: slot and holder disagree" for kind, name, key in leaked]
+        for name, key, held, waiting in lines:
+            if held > MODEL_CAPACITY:
+                problems.append(f"limit {name} key {key!r}: {held} slots held, capacity {MODEL_CAPACITY}")
+            if waiting and held < MODEL_CAPACITY:
+                problems.append(f"limit {name} key {key!r}: {waiting} waiting with {held} of {MODEL_CAPACITY} held")
         return problems
 
     def attention_problems(self, world: World) -> list[str]:
