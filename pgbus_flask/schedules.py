@@ -30,7 +30,7 @@ from psycopg.types.json import Jsonb
 from . import db, payload, runner, states
 from .db import Transaction
 from .definition import registry
-from .errors import ScheduleConflict, UnknownSchedule
+from .errors import KeyBusy, ScheduleConflict, UnknownSchedule
 from .schedule import TICK_KWARG, ScheduleSpec, tick_key
 
 if TYPE_CHECKING:
@@ -366,7 +366,12 @@ def _start_tick(engine: Engine, klass: type[Workflow]) -> bool | None:
         if spec.missed == "skip":  # after downtime, only the latest missed tick
             tick = max(tick, spec.latest_at_or_before(now) or tick)
         next_tick = spec.next_after(tick)
-        started = runner.start(engine, klass, (), {**spec.kwargs, TICK_KWARG: tick}, subject=None,
-                               idempotency_key=tick_key(name, tick), actor=ACTOR, conn=tx.conn)
+        try:
+            started = runner.start(engine, klass, (), {**spec.kwargs, TICK_KWARG: tick}, subject=None,
+                                   idempotency_key=tick_key(name, tick), actor=ACTOR, conn=tx.conn)
+        except KeyBusy as busy:  # on_busy="refuse": this tick is skipped, the next one is due as usual
+            log.info("pgbus sweep: the tick %s of %s was not started: %s", tick, name, busy)
+            db.run(tx, "schedule_ticked", (tick, None, next_tick, name))
+            return next_tick <= now
         db.run(tx, "schedule_ticked", (tick, started.workflow_id, next_tick, name))
     return next_tick <= now

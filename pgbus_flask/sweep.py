@@ -226,14 +226,17 @@ RATE_WAKE_LATE = 10.0
 
 
 def _flow(engine: Engine, report: SweepReport) -> None:
-    """Flow control's safety net (docs/flow-control.md): lines of a concurrency limit with a free slot
-    and a waiting run get the slot (a capacity raised since, a waiter skipped by a grant because another
-    transaction held it), and rates with waiting runs whose wake-up job is missing or late are woken."""
+    """Flow control's safety net (docs/flow-control.md): the declared capacities are stored, lines of a
+    concurrency limit with a free slot and a waiting run get the slot (a capacity raised since, a waiter
+    skipped by a grant because another transaction held it), rates with waiting runs whose wake-up job
+    is missing or late are woken, and the slot rows of keys nobody holds or waits for are deleted."""
     runner.declare(engine, list(registry().values()))
     lines = _ids(engine, "flow_lines", {"limit": BATCH})
     report.slots_granted += runner.regrant(engine, [(name, key) for name, key in lines])
     for (name,) in _ids(engine, "flow_rates", {"late": RATE_WAKE_LATE}):
         report.rates_woken += runner.wake_rate(engine, name)
+    with engine.db.connection() as conn:  # keys no longer used keep no rows
+        db.run(conn, "sweep_idle_slots", {"limit": BATCH})
 
 
 def _retention(engine: Engine, report: SweepReport) -> None:

@@ -27,7 +27,8 @@ from .errors import PgbusError
 
 TABLES = (
     # the slots first: runs and steps deleted after them hold none, so their triggers grant nothing
-    "pgbus_limit_slots", "pgbus_limits", "pgbus_batch_children", "pgbus_batches", "pgbus_workflow_signals", "pgbus_workflow_events",
+    "pgbus_limit_slots", "pgbus_limits",
+    "pgbus_batch_children", "pgbus_batches", "pgbus_workflow_signals", "pgbus_workflow_events",
     "pgbus_workflow_steps", "pgbus_workflows", "pgbus_run_counts", "pgbus_insight_deltas", "pgbus_insights",
     "pgbus_schedule_events", "pgbus_schedules",
 )

@@ -64,6 +64,23 @@ def _name_flow_control(cls: type[Workflow]) -> None:
                                   f"{cls.limit_name!r}: a limit counts runs or attempts, not both")
         named.append(spec)
     cls.steps = tuple(named)
+    _check_limit_names(cls)
+
+
+def _check_limit_names(cls: type[Workflow]) -> None:
+    """A limit's name counts runs (a class limit) or attempts (a step limit) in every class, never both."""
+    mine_run = {cls.limit_name} if cls.limit_name else set()
+    mine_step = {s.concurrency.name for s in cls.steps if s.concurrency is not None and s.concurrency.name}
+    for other in REGISTRY.values():
+        if other.workflow_name == cls.workflow_name:
+            continue
+        theirs_run = {other.limit_name} if other.limit_name else set()
+        theirs_step = {s.concurrency.name for s in other.steps if s.concurrency is not None and s.concurrency.name}
+        clash = (mine_run & theirs_step) | (mine_step & theirs_run)
+        if clash:
+            raise DefinitionError(f"{cls.__name__}: the limit {sorted(clash)[0]!r} is a class limit in one of "
+                                  f"{cls.workflow_name} and {other.workflow_name} and a step limit in the other: a "
+                                  "limit counts runs or attempts, not both")
 
 
 class Workflow:

@@ -175,3 +175,6 @@ CLASSES: tuple[type[Workflow], ...] = (
     ModelPlain, ModelReattempt, ModelSelfPause, ModelWaitFail, ModelWaitSkip, ModelWaitContinue, ModelWaitForever,
     ModelFanOut, ModelLimited, ModelShared,
 )
+
+#: The classes whose runs contend for the same slots.
+CONTENDING: tuple[type[Workflow], ...] = (ModelLimited, ModelShared)

@@ -88,3 +88,14 @@ SELECT m.name FROM pgbus_limits m
 WHERE m.kind = 'rate' AND (m.wake_at IS NULL OR m.wake_at < now() - make_interval(secs => %(late)s))
   AND EXISTS (SELECT 1 FROM pgbus_workflow_steps s WHERE s.blocked_on = m.name AND s.blocked_key IS NULL
                 AND s.status = 'scheduled');
+
+-- name: sweep_idle_slots
+-- Delete the slot rows of keys that hold none and have no run in line (a key seen once keeps no rows: a claim makes them again); at most %(limit)s keys a sweep. A slot taken meanwhile is left (the recheck of holder IS NULL).
+DELETE FROM pgbus_limit_slots t USING (
+    SELECT limit_name, limit_key FROM pgbus_limit_slots GROUP BY limit_name, limit_key
+    HAVING bool_and(holder_run IS NULL AND holder_step IS NULL) LIMIT %(limit)s
+) idle
+WHERE t.limit_name = idle.limit_name AND t.limit_key = idle.limit_key
+  AND t.holder_run IS NULL AND t.holder_step IS NULL
+  AND NOT EXISTS (SELECT 1 FROM pgbus_workflow_steps s WHERE s.blocked_on = t.limit_name
+                    AND s.blocked_key = t.limit_key AND s.status = 'scheduled');

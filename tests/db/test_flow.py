@@ -290,3 +290,25 @@ def test_a_waiting_run_needs_attention_after_the_waiting_threshold(engine: Engin
     blocked = sql(engine, "SELECT blocked_since FROM pgbus_workflow_steps WHERE workflow_id = %s",
                   (runs[2].workflow_id,))[0][0]
     assert row[0] == "waiting_overdue" and row[1] == blocked and isinstance(blocked, datetime)
+
+
+def test_a_limit_name_is_a_class_limit_or_a_step_limit_never_both() -> None:
+    with pytest.raises(DefinitionError, match="the limit 'stripe' is a class limit in one of"):
+        class StripeRuns(Workflow):  # Charge's and Refund's steps count attempts under "stripe"
+            concurrency = Limit(3, name="stripe")
+
+            @step
+            def only(self) -> None: ...
+
+
+def test_the_sweep_deletes_the_slot_rows_of_keys_nobody_holds_or_waits_for(engine: Engine) -> None:
+    done = TenantSync.start(tenant="gone", bus=engine)
+    work_all(engine, [done])
+    busy = [TenantSync.start(tenant="busy", bus=engine) for _ in range(3)]
+    assert [claim(engine, run) is not None for run in busy] == [True, True, False]
+    keys = {row[0] for row in sql(engine, "SELECT DISTINCT limit_key FROM pgbus_limit_slots")}
+    assert keys == {"gone", "busy"}
+    sweep.sweep(engine)
+    assert {row[0] for row in sql(engine, "SELECT DISTINCT limit_key FROM pgbus_limit_slots")} == {"busy"}
+    busy[0].cancel()  # its slot goes to the third, as before
+    assert busy[2].refresh().status == "ready" and leaked(engine) == []

@@ -102,7 +102,7 @@ from pgbus_flask.jobs import run_child, run_step
 from pgbus_flask.sweep import sweep
 from pgbus_flask.testing import TABLES, empty
 from pgbus_flask.workflow import PauseRequested, ReattemptRequested, Workflow
-from tests.model_workflows import CLASSES, MODEL_CAPACITY, SIGNAL
+from tests.model_workflows import CLASSES, CONTENDING, MODEL_CAPACITY, SIGNAL
 from tests.support import QuietWorker
 
 Row = dict[str, Any]
@@ -442,6 +442,12 @@ class EngineModel(RuleBasedStateMachine):
         assert run.status == "ready" and run.current_step == klass.steps[0].name
         self.runs.insert(0, run.workflow_id)
 
+    @rule(klass=st.sampled_from(CONTENDING), n=st.integers(2, 3), fail_until=st.sampled_from([0, 0, 1]))
+    def start_contending(self, klass: type[Workflow], n: int, fail_until: int) -> None:
+        """Runs that contend for one slot (docs/flow-control.md): the later ones wait in line."""
+        for _ in range(n):
+            self.runs.insert(0, klass.start(bus=self.engine, fail_until=fail_until).workflow_id)
+
     # -- running jobs --------------------------------------------------------------------
 
     @rule(max_jobs=st.sampled_from([None, 1, 1, 2, 5]))
@@ -676,8 +682,12 @@ class EngineModel(RuleBasedStateMachine):
         assert passed == run.available_actions, f"verbs that pass {passed} != available_actions {run.available_actions}"
 
     def teardown(self) -> None:
-        for run in World(self.engine).runs:
+        world = World(self.engine)
+        for run in world.runs:
             STATS[f"run ended {run['workflow_class']} {run['status']}"] += 1
+        for event in world.events:
+            if event["event"] in ("slot_waiting", "slot_granted"):
+                STATS[f"event {event['event']}"] += 1
 
     # -- invariants ------------------------------------------------------------------------------
 
