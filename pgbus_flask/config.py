@@ -50,8 +50,8 @@ KEYS: tuple[Key, ...] = (
     Key("PGBUS_STALL_THRESHOLD", timedelta(minutes=5),
         "a scheduled step due longer than this is overdue (the sweep resends it if Redis lost its job)", "duration"),
     Key("PGBUS_WAITING_THRESHOLD", None,
-        "a run waiting longer than this on a signal without wait_timeout, or on a fan-out batch, needs attention"
-        " (None: never)", "opt_duration"),
+        "a run waiting longer than this on a signal without wait_timeout, on a fan-out batch, or in line for a"
+        " concurrency slot or a rate, needs attention (None: never)", "opt_duration"),
     Key("PGBUS_STEP_TIMEOUT", timedelta(minutes=10),
         "default stall deadline of a step attempt, and RQ's job timeout", "duration"),
     Key("PGBUS_INLINE_STEPS", 20,
