@@ -337,10 +337,11 @@ def start_due(engine: Engine, *, errors: list[str] | None = None) -> int:
             continue  # another sweeper's class: this one cannot start it
         try:
             for _ in range(TICKS_PER_SCHEDULE):
-                more = _start_tick(engine, klass)
-                if more is None:
+                ticked = _start_tick(engine, klass)
+                if ticked is None:
                     break
-                started += 1
+                ran, more = ticked
+                started += ran
                 if not more:
                     break
         except Exception as exc:
@@ -350,9 +351,10 @@ def start_due(engine: Engine, *, errors: list[str] | None = None) -> int:
     return started
 
 
-def _start_tick(engine: Engine, klass: type[Workflow]) -> bool | None:
+def _start_tick(engine: Engine, klass: type[Workflow]) -> tuple[bool, bool] | None:
     """Start the schedule's due tick in one transaction; None when nothing is due (another
-    sweeper started it, or it was paused meanwhile), else whether another tick is due already."""
+    sweeper started it, or it was paused meanwhile), else whether it started a run (its class's
+    limit may refuse it: on_busy="refuse") and whether another tick is due already."""
     spec = klass.schedule_spec
     assert spec is not None
     name = klass.workflow_name
@@ -372,6 +374,6 @@ def _start_tick(engine: Engine, klass: type[Workflow]) -> bool | None:
         except KeyBusy as busy:  # on_busy="refuse": this tick is skipped, the next one is due as usual
             log.info("pgbus sweep: the tick %s of %s was not started: %s", tick, name, busy)
             db.run(tx, "schedule_ticked", (tick, None, next_tick, name))
-            return next_tick <= now
+            return False, next_tick <= now
         db.run(tx, "schedule_ticked", (tick, started.workflow_id, next_tick, name))
-    return next_tick <= now
+    return True, next_tick <= now

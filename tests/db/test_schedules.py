@@ -346,3 +346,21 @@ def test_two_sweeps_racing_start_each_tick_once(engine: Engine, declare: Declare
     with engine.db.connection() as conn:
         events = conn.execute("SELECT count(*) FROM pgbus_schedule_events WHERE workflow_class = 'Raced'").fetchone()
     assert events is not None and events[0] == 1, "declared once"
+
+
+def test_a_tick_refused_by_its_class_limit_is_skipped_not_retried_every_sweep(engine: Engine,
+                                                                              declare: Declare) -> None:
+    from pgbus_flask import Limit
+
+    declare("OneAtATime", timedelta(minutes=1), concurrency=Limit(1, on_busy="refuse"))
+    sweep(engine)
+    back(engine, "OneAtATime", timedelta(minutes=1))
+    assert sweep(engine).schedules_started == 1  # its run is ready: the key is busy from now on
+    first = stored(engine, "OneAtATime")
+    back(engine, "OneAtATime", timedelta(minutes=1))
+    report = sweep(engine)
+    assert (report.schedules_started, report.errors) == (0, [])
+    skipped = stored(engine, "OneAtATime")
+    assert skipped["last_run_id"] is None and skipped["last_tick"] == first["next_tick"] - timedelta(minutes=1)
+    assert len(runs_by_key(engine, "OneAtATime")) == 1
+    assert sweep(engine).errors == []
