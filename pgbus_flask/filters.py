@@ -301,6 +301,8 @@ def runs_page(where: Sequence[sql.Composable], order: Sequence[str]) -> sql.Comp
                s.error_message AS step_error_message, s.waiting_since AS step_waiting_since,
                s.timeout_at AS step_timeout_at, s.batch_id AS step_batch_id, s.outcome AS step_outcome,
                s.finished_at AS step_finished_at, cardinality(s.child_ids) AS step_children,
+               s.blocked_on AS step_blocked_on, s.blocked_key AS step_blocked_key,
+               s.blocked_since AS step_blocked_since,
                b.done AS batch_done, b.failed AS batch_failed, b.total AS batch_total
         FROM pgbus_workflows w
         LEFT JOIN LATERAL (SELECT * FROM pgbus_workflow_steps WHERE workflow_id = w.workflow_id

@@ -39,10 +39,10 @@ STEP_OUTCOMES = ("completed", "failed", "paused", "reattempted", "skipped", "can
                  "stalled", "timed_out")
 #: The actions of ``pgbus_sweep_actions_total`` (fields of pgbus_flask.sweep.SweepReport).
 SWEEP_ACTIONS = ("schedules_started", "stalled", "resent", "wait_timeouts", "children_failed", "children_resent",
-                 "deleted_runs")
+                 "deleted_runs", "slots_granted", "rates_woken")
 #: The parts of a sweep (``pgbus_sweep_errors_total``).
-SWEEP_PARTS = ("schedules", "stalled", "overdue", "expired_waits", "lost_children", "retention", "fold_counts",
-               "fold_insights")
+SWEEP_PARTS = ("schedules", "stalled", "overdue", "expired_waits", "lost_children", "child_runs", "flow", "retention",
+               "fold_counts", "fold_insights")
 
 #: Steps last from milliseconds (a no-op step) to an hour (a step's default timeout is 10 minutes).
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,

@@ -540,3 +540,85 @@ def batch_child(engine: Engine, batch_id: int, position: int) -> Row | None:
     """One child of a batch, whole (None when the batch has no child at ``position``, counted from 0)."""
     with engine.db.connection() as conn:
         return db.fetch_one(conn, "batch_child", (batch_id, position))
+
+
+# -- flow control: the limits and rates, and the lines runs wait in ----------------------------------
+
+#: The kinds of limit (``pgbus_limits.kind``): a class's concurrency limit, a step's, a step's rate.
+LIMIT_KINDS = ("run", "step", "rate")
+#: The busiest keys the Limits page shows of each limit (most slots in use and steps in line first).
+BUSIEST_KEYS = 5
+#: The most limits and rates a read lists (each is declared in code: a handful, not thousands).
+LIMITS_LIMIT = 500
+
+
+@dataclass(frozen=True)
+class KeyUse:
+    """One key of a concurrency limit: its slots in use and its steps in line."""
+
+    key: str
+    in_use: int
+    waiting: int
+
+
+@dataclass(frozen=True)
+class LimitUse:
+    """A limit or a rate as last declared (``kind``: ``run`` for a class's limit, ``step`` for a step's,
+    ``rate``), and how it is used now: ``keys`` seen (None for a rate), slots ``in_use`` (a rate: the
+    starts of its current window), steps ``waiting`` in line, and its ``busiest`` keys (a rate has none);
+    ``per_seconds`` and ``wake_at``: a rate's window and the moment its wake-up job is due."""
+
+    name: str
+    kind: str
+    capacity: int
+    per_seconds: float | None
+    keys: int | None
+    in_use: int
+    waiting: int
+    busiest: tuple[KeyUse, ...] = ()
+    wake_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+def limits(engine: Engine, *, top: int = BUSIEST_KEYS) -> list[LimitUse]:
+    """Every limit and rate (by name), with its use and its ``top`` busiest keys; one statement that
+    reads each name's range of ``pgbus_limit_slots`` and of ``pgbus_workflow_steps_blocked``, so its cost
+    follows the slots and the steps in line of the limits, never the runs (``top=0``: no busiest keys)."""
+    with engine.db.connection() as conn:
+        rows = db.fetch_all(conn, "limits", {"top": max(int(top), 0), "limit": LIMITS_LIMIT})
+    return [LimitUse(r["name"], r["kind"], int(r["capacity"]), r["per_seconds"],
+                     None if r["keys"] is None else int(r["keys"]), int(r["in_use"] or 0), int(r["waiting"] or 0),
+                     tuple(KeyUse(str(k["key"]), int(k["in_use"]), int(k["waiting"])) for k in r["busiest"] or ()),
+                     r["wake_at"], r["updated_at"]) for r in rows]
+
+
+@dataclass(frozen=True)
+class LimitsCard:
+    """The overview's card: how many limits and rates are declared, and how many steps wait in line."""
+
+    limits: int
+    waiting: int
+
+
+def limits_card(engine: Engine) -> LimitsCard:
+    with engine.db.connection() as conn:
+        row = db.fetch_one(conn, "limits_card")
+    assert row is not None
+    return LimitsCard(int(row["limits"]), int(row["waiting"]))
+
+
+#: A line a step waits in: (limit or rate name, the limit's key; None for a rate).
+Line = tuple[str, str | None]
+
+
+def limit_lines(engine: Engine, lines: Iterable[Line]) -> dict[Line, Row]:
+    """What waiting steps' next-step sentences say of the lines they are in, in one statement:
+    ``{(name, key): row}`` with the limit's ``kind``, ``capacity``, ``per_seconds`` and ``wake_at`` (None
+    when nothing declares it), and for a limit's key its slots held (``running``) and its steps in line
+    (``waiting``). A key of None names a rate."""
+    wanted = list(dict.fromkeys(lines))
+    if not wanted:
+        return {}
+    with engine.db.reading() as conn:
+        rows = db.fetch_all(conn, "limit_lines", {"names": [n for n, _ in wanted], "keys": [k for _, k in wanted]})
+    return {(r["name"], r["key"]): r for r in rows}

@@ -251,6 +251,47 @@ def list_schedules(call: Call, args: dict[str, Any]) -> Reply:
     return {"schedules": found}, "\n".join(lines)
 
 
+#: The kinds of limit as the summaries say them.
+LIMIT_KIND_WORDS = {"run": "class limit", "step": "step limit", "rate": "rate"}
+
+
+def list_limits(call: Call, args: dict[str, Any]) -> Reply:
+    data = shapes.limits(call.engine, english())
+    found = data["limits"]
+    if not found:
+        return data, "No limit or rate is declared."
+    waiting = sum(item["waiting"] for item in found)
+    counted = "1 limit or rate" if len(found) == 1 else f"{len(found)} limits and rates"
+    lines = [f"{counted}; {runs_text(waiting)} waiting in line."]
+    for item in found:
+        name, kind = shown(item["name"], 80), LIMIT_KIND_WORDS.get(item["kind"], item["kind"])
+        if item["kind"] == "rate":
+            wake = f", next start at {item['wake_at'].isoformat()}" if item["waiting"] and item["wake_at"] else ""
+            lines.append(f"- {name} ({kind}): {item['capacity_text']}; {item['in_use']:,} started in its current "
+                         f"window, {item['waiting']:,} waiting{wake}.")
+            continue
+        busiest = "; ".join(f"{shown(k['key'], 60) or '(no key)'}: {k['in_use']:,} in use, {k['waiting']:,} waiting"
+                            for k in item["busiest"])
+        lines.append(f"- {name} ({kind}): {item['capacity_text']}; {item['keys']:,} key"
+                     f"{'' if item['keys'] == 1 else 's'}, {item['in_use']:,} in use, {item['waiting']:,} waiting"
+                     + (f"; busiest: {busiest}" if busiest else "") + ".")
+    return data, "\n".join(lines)
+
+
+LIMITS_OUT = obj({
+    "limits": arr(obj({
+        "name": STR, "kind": {"enum": list(queries.LIMIT_KINDS)}, "capacity": INT,
+        "per_seconds": {**nullable("number"), "description": "a rate's window in seconds (null for a limit)"},
+        "capacity_text": STR,
+        "keys": {**NINT, "description": "how many keys the limit has seen (null for a rate)"},
+        "in_use": {**INT, "description": "slots held now; for a rate, the starts of its current window"},
+        "waiting": {**INT, "description": "runs in line for it"},
+        "busiest": arr(obj({"key": STR, "in_use": INT, "waiting": INT})),
+        "wake_at": {**NSTR, "description": "a rate's next wake-up"}, "updated_at": NSTR})),
+    "busiest_keys": {**INT, "description": "the most busiest keys listed of a limit"},
+})
+
+
 READ_TOOLS: tuple[Tool, ...] = (
     Tool("overview", "The whole picture in one call: how many runs each workflow class has in each status, how "
          "many ongoing runs are stuck for each reason, and the totals (ongoing, paused, needing attention). Use it "
@@ -305,4 +346,10 @@ READ_TOOLS: tuple[Tool, ...] = (
          "each with its last tick and the run it started, its next tick, its missed-tick policy, and whether it "
          "is paused (by whom, why) or no longer declared. The sweep starts one run per due tick.",
          {}, (), obj({"schedules": arr(ROW)}), list_schedules, title="Schedules"),
+    Tool("list_limits", "Flow control: every concurrency limit (of a class's runs, or of a step's attempts, per "
+         "key) and every rate (starts of a step per window), as the workers last declared them: its capacity "
+         "(\"2 at once\", \"10 a second\"), how many keys it has seen, the slots in use now (a rate: the starts "
+         "of its current window), how many runs wait in line for it, and its busiest keys (the five with the "
+         "most in use and waiting). A run in line is `waiting`; show_run's sentence says which limit it waits for.",
+         {}, (), LIMITS_OUT, list_limits, title="Limits"),
 )

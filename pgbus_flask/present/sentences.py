@@ -21,6 +21,7 @@ from markupsafe import Markup, escape
 from .. import payload, states, verbs
 from ..queries import IDS_LIMIT, AttentionGroup
 from ..runner import ResumePlan
+from ..verbs import NP_
 from .state import Presentation
 from .words import C_, N_, Words, bdi, code, isolated, markup
 
@@ -164,6 +165,8 @@ NEXT_MESSAGES = {
                                   "%(time)s."),
     "waiting_any_signal": N_("Waiting for a signal at %(step)s for %(duration)s."),
     "waiting": N_("Waiting at %(step)s for %(duration)s."),
+    "waiting_rate": N_("Rate-limited: %(rate)s allows %(per)s; %(step)s starts at %(time)s."),
+    "waiting_limit": N_("Waiting for a slot of %(limit)s at %(step)s, for %(duration)s."),
     "paused_error": N_("Paused for %(duration)s: %(step)s failed with %(error)s. Retry it to go on."),
     "paused_failed": N_("Paused for %(duration)s: %(step)s failed. Retry it to go on."),
     "stalled": N_("Paused for %(duration)s: %(step)s stalled (its worker stopped responding). Retry it to go on."),
@@ -171,6 +174,77 @@ NEXT_MESSAGES = {
     "finished": N_("Finished %(ago)s."),
     "cancelled": N_("Cancelled %(ago)s."),
 }
+
+
+#: A run in line for a concurrency slot, by the limit's kind (``run``: a class's limit, said of the
+#: class's runs; ``step``: a step's) and whether the limit has a key; plural by the limit's capacity.
+SLOT_MESSAGES: dict[tuple[str, bool], tuple[str, str]] = {
+    ("run", True): NP_("Waiting for a slot: %(limit)s runs at most %(num)d at once for key %(key)s "
+                       "(%(running)s running, %(waiting)s waiting), for %(duration)s.",
+                       "Waiting for a slot: %(limit)s runs at most %(num)d at once for key %(key)s "
+                       "(%(running)s running, %(waiting)s waiting), for %(duration)s."),
+    ("run", False): NP_("Waiting for a slot: %(limit)s runs at most %(num)d at once "
+                        "(%(running)s running, %(waiting)s waiting), for %(duration)s.",
+                        "Waiting for a slot: %(limit)s runs at most %(num)d at once "
+                        "(%(running)s running, %(waiting)s waiting), for %(duration)s."),
+    ("step", True): NP_("Waiting for a slot: %(limit)s allows %(num)d at once for key %(key)s "
+                        "(%(running)s running, %(waiting)s waiting), for %(duration)s.",
+                        "Waiting for a slot: %(limit)s allows %(num)d at once for key %(key)s "
+                        "(%(running)s running, %(waiting)s waiting), for %(duration)s."),
+    ("step", False): NP_("Waiting for a slot: %(limit)s allows %(num)d at once "
+                         "(%(running)s running, %(waiting)s waiting), for %(duration)s.",
+                         "Waiting for a slot: %(limit)s allows %(num)d at once "
+                         "(%(running)s running, %(waiting)s waiting), for %(duration)s."),
+}
+#: A run in line for a rate whose wake-up has no moment yet.
+RATE_NO_TIME = N_("Rate-limited: %(rate)s allows %(per)s; %(step)s starts when its window has room.")
+#: A rate's capacity in words, by its window in seconds ("10 a second"); any other window is said
+#: with :data:`RATE_EVERY` ("10 every 30 seconds"). Plural by the count.
+RATE_WINDOWS: dict[float, tuple[str, str]] = {
+    1: NP_("%(num)d a second", "%(num)d a second"),
+    60: NP_("%(num)d a minute", "%(num)d a minute"),
+    3600: NP_("%(num)d an hour", "%(num)d an hour"),
+    86400: NP_("%(num)d a day", "%(num)d a day"),
+}
+RATE_EVERY = NP_("%(num)d every %(period)s", "%(num)d every %(period)s")
+#: A concurrency limit's capacity in words.
+AT_ONCE = NP_("%(num)d at once", "%(num)d at once")
+#: The kinds of limit (``pgbus_limits.kind``), as the Limits page names them.
+LIMIT_KIND_LABELS = {
+    "run": C_("limit kind", "Class limit"), "step": C_("limit kind", "Step limit"), "rate": C_("limit kind", "Rate"),
+}
+
+
+def rate_text(words: Words, count: int, per_seconds: float) -> str:
+    """What a rate allows, in words: "10 a second", "100 a minute", "600 an hour", "10 every 30 seconds"."""
+    window = RATE_WINDOWS.get(per_seconds)
+    if window is not None:
+        return words.ngettext(*window, count)
+    return words.ngettext(*RATE_EVERY, count, period=words.period(per_seconds))
+
+
+def capacity_text(words: Words, kind: str, capacity: int, per_seconds: float | None) -> str:
+    """A limit's or a rate's capacity in words: "2 at once", "10 a second"."""
+    if kind == "rate":
+        return rate_text(words, capacity, per_seconds or 1.0)
+    return words.ngettext(*AT_ONCE, capacity)
+
+
+def _in_line_sentence(words: Words, presentation: Presentation, args: dict[str, Any]) -> Markup:
+    """A run in line for a slot ("Waiting for a slot: stripe allows 5 at once (5 running, 12 waiting),
+    for 3 minutes.") or for a rate ("Rate-limited: stripe allows 10 a second; charge starts at 14:02.")."""
+    given = presentation.next_args
+    if presentation.next_key == "waiting_rate":
+        args["per"] = rate_text(words, int(given["capacity"]), float(given["per_seconds"]))
+        if given.get("time") is None:
+            return markup(words.ugettext(RATE_NO_TIME), **args)
+        return markup(words.ugettext(NEXT_MESSAGES["waiting_rate"]), **args)
+    capacity = int(given["capacity"])
+    keyed = given.get("key") not in (None, "")
+    message = SLOT_MESSAGES[("run" if given.get("kind") == "run" else "step", keyed)]
+    return markup(words.ungettext(*message, capacity), limit=args["limit"], num=capacity,
+                  key=args.get("key", ""), running=words.number(int(given["running"])),
+                  waiting=words.number(int(given["waiting"])), duration=args["duration"])
 
 
 def batch_link(name: str, batch_id: Any, batch_url: Callable[[Any], str] | None) -> Markup:
@@ -184,8 +258,10 @@ def next_sentence(words: Words, presentation: Presentation, now: datetime,
     """The "what happens next" sentence, with names as ``<code>`` and moments as ``<time>``."""
     args: dict[str, Any] = {}
     for key, value in presentation.next_args.items():
-        if key in ("step", "signal", "error"):
+        if key in ("step", "signal", "error", "limit", "rate"):
             args[key] = code(value)
+        elif key == "key":  # a limit's key: the app's text
+            args[key] = bdi(value)
         elif key == "ago":
             args[key] = words.time_tag(value, now)
         elif key == "time":  # a clock time ("at 14:02"), the relative time as its tooltip
@@ -199,6 +275,8 @@ def next_sentence(words: Words, presentation: Presentation, now: datetime,
         return markup(words.ungettext("Waiting at %(step)s for %(num)d child run to end, for %(duration)s.",
                                 "Waiting at %(step)s for %(num)d child runs to end, for %(duration)s.", total),
                       step=args["step"], num=total, duration=args["duration"])
+    if presentation.next_key in ("waiting_slot", "waiting_rate"):
+        return _in_line_sentence(words, presentation, args)
     if presentation.next_key == "waiting_batch":
         args["batch"] = batch_link(presentation.next_args["batch"], presentation.next_args.get("batch_id"), batch_url)
         total = int(presentation.next_args["total"])

@@ -1,5 +1,6 @@
 """The JSON shapes of what the doors read: the overview, a page of runs, one run, a batch, the
-attention groups, a schedule and a class's insights. The JSON API and the MCP server answer with them.
+attention groups, the limits and rates, a schedule and a class's insights. The JSON API and the MCP
+server answer with them.
 
 Each function reads through :mod:`pgbus_flask.queries` and the run handle and returns plain data
 (times and ids are written as text by :func:`jsonable`); the sentences in them are said in the
@@ -56,7 +57,7 @@ def jsonable(data: Any) -> Any:
 def row(values: Mapping[str, Any]) -> dict[str, Any]:
     """A stored row: its JSON columns as values, without the columns a read adds for itself."""
     return {key: payload.from_json(value) if key in JSON_COLUMNS else value for key, value in values.items()
-            if key not in ("latest_step", "db_now")}
+            if key not in ("latest_step", "db_now", "limit_line")}
 
 
 def wait_for(engine: Engine, workflow_class: str, step_name: str | None) -> str | None:
@@ -79,6 +80,27 @@ def presentation_of(engine: Engine, values: Mapping[str, Any], now: datetime) ->
     return present(values, now=now, stall_threshold=settings.stall_threshold,
                    wait_for=wait_for(engine, values["workflow_class"], step or values.get("current_step")),
                    waiting_threshold=settings.waiting_threshold)
+
+
+def blocked_line(step: Mapping[str, Any] | None) -> queries.Line | None:
+    """The line a step waits in (its limit or rate, and the limit's key; None for a rate), or None
+    when it is not in line."""
+    if not step or step.get("blocked_on") is None or step.get("status") != "scheduled":
+        return None
+    key = step.get("blocked_key")
+    return str(step["blocked_on"]), None if key is None else str(key)
+
+
+def with_limit_lines(engine: Engine, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` of :func:`pgbus_flask.queries.list_runs`, each run in line for a limit or a rate given
+    what its sentence says of that line (``limit_line``), read for the whole page in one statement."""
+    lines = {id(r): blocked_line({k[5:]: v for k, v in r.items() if k.startswith("step_")}) for r in rows}
+    found = queries.limit_lines(engine, [line for line in lines.values() if line is not None])
+    for r in rows:
+        line = lines[id(r)]
+        if line is not None:
+            r["limit_line"] = found.get(line)
+    return rows
 
 
 def presentation(words: Words, p: Presentation, now: datetime) -> dict[str, Any]:
@@ -110,6 +132,7 @@ def runs(engine: Engine, words: Words, filters: Mapping[str, str | None], before
     latest step and presentation, and the next page's cursor."""
     now = now or queries.db_now(engine)
     rows, cursor = queries.list_runs(engine, queries.RunFilter(before=before, limit=limit, **filters))
+    with_limit_lines(engine, rows)
     found = []
     for values in rows:
         item = {k: v for k, v in row(values).items() if not k.startswith(("step_", "batch_"))}
@@ -121,13 +144,18 @@ def runs(engine: Engine, words: Words, filters: Mapping[str, str | None], before
 
 def run_values(handle: Run) -> dict[str, Any]:
     """A run's row with its latest step and, while that step waits on a fan-out batch, the batch's
-    progress (``batch_done``, ``batch_failed``, ``batch_total``): what a run's presentation reads."""
+    progress (``batch_done``, ``batch_failed``, ``batch_total``), or while it waits in line for a limit or
+    a rate, what :func:`pgbus_flask.queries.limit_lines` reads of that line (``limit_line``): what a
+    run's presentation reads."""
     values = dict(handle.row)
     values["latest_step"] = handle.latest_step
     latest = handle.latest_step or {}
     batch = handle.batch(latest.get("batch_id"))
     if batch is not None:
         values.update(batch_done=batch["done"], batch_failed=batch["failed"], batch_total=batch["total"])
+    line = blocked_line(latest)
+    if line is not None:
+        values["limit_line"] = queries.limit_lines(handle.engine, [line]).get(line)
     return values
 
 
@@ -193,6 +221,16 @@ def attention(engine: Engine, words: Words, workflow_class: str | None) -> dict[
         {**asdict(group), "bulk_actions": list(verbs.bulk_for(group.reason)),
          "confirm": {a: sentences.bulk_confirm(words, a, group) for a in verbs.bulk_for(group.reason)}}
         for group in groups], "count_cap": queries.COUNT_CAP}
+
+
+def limits(engine: Engine, words: Words) -> dict[str, Any]:
+    """Every limit and rate with its use now (:func:`pgbus_flask.queries.limits`): its capacity in
+    words (``capacity_text``: "2 at once", "10 a second"), its keys, slots in use (a rate: the starts of
+    its current window), steps waiting in line, and its busiest keys (at most ``busiest_keys``)."""
+    return {"limits": [{**asdict(use), "busiest": [asdict(k) for k in use.busiest],
+                        "capacity_text": sentences.capacity_text(words, use.kind, use.capacity, use.per_seconds)}
+                       for use in queries.limits(engine)],
+            "busiest_keys": queries.BUSIEST_KEYS}
 
 
 def schedule(s: Schedule) -> dict[str, Any]:

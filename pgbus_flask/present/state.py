@@ -2,7 +2,8 @@
 
 :func:`present` takes a run's row with its latest step (the ``step_*``
 columns of :func:`pgbus_flask.queries.list_runs`, plus ``batch_done`` /
-``batch_total``) and returns the badge, its tone, and the key and arguments
+``batch_total``, and ``limit_line`` for a step in line for a limit or a
+rate) and returns the badge, its tone, and the key and arguments
 of the "what happens next" sentence, and whether the run needs attention now
 (its stuck reason, from the attention columns the runner keeps on the row).
 It does no I/O and translates nothing:
@@ -36,8 +37,8 @@ BADGE_TONES: dict[str, str] = {
 #: Every next-step message key :func:`present` can return.
 NEXT_KEYS = (
     "scheduled", "queued", "overdue", "running", "possibly_stalled", "waiting_signal", "waiting_signal_deadline",
-    "waiting_any_signal", "waiting_batch", "waiting_children", "waiting", "paused_error", "paused_failed", "stalled",
-    "paused_manual", "finished", "cancelled",
+    "waiting_any_signal", "waiting_batch", "waiting_children", "waiting_slot", "waiting_rate", "waiting_limit",
+    "waiting", "paused_error", "paused_failed", "stalled", "paused_manual", "finished", "cancelled",
 )
 
 
@@ -46,9 +47,10 @@ class Presentation:
     """A run's badge, its tone, and its next-step sentence as a message key and arguments; and
     ``attention``, the stuck reason it needs a person for now (None when it needs none).
 
-    Argument kinds by name: ``step``/``signal``/``error`` are names shown as
-    code, ``batch`` a batch name linked to ``batch_id``, ``ago``/``time``
-    moments, the rest plain values.
+    Argument kinds by name: ``step``/``signal``/``error``/``limit``/``rate`` are
+    names shown as code, ``key`` a limit's key (text from the app), ``batch`` a
+    batch name linked to ``batch_id``, ``ago``/``time`` moments, ``since`` the
+    start of a stretch, the rest plain values.
     """
 
     badge: str
@@ -71,7 +73,7 @@ def _step(row: Mapping[str, Any], name: str) -> Any:
     return row.get(f"step_{name}")
 
 
-def _result(badge: str, key: str, **args: Any) -> Presentation:
+def _result(badge: str, key: str, /, **args: Any) -> Presentation:
     return Presentation(badge, BADGE_TONES[badge], key, args)
 
 
@@ -97,7 +99,9 @@ def present(row: Mapping[str, Any], *, now: datetime, stall_threshold: timedelta
             wait_for: str | None = None, waiting_threshold: timedelta | None = None) -> Presentation:
     """The badge and next-step sentence of a run, and the stuck reason it needs a person for.
 
-    :param row: the run's row with its latest step, as ``step_*`` columns or a ``latest_step`` dict.
+    :param row: the run's row with its latest step, as ``step_*`` columns or a ``latest_step`` dict;
+        for a step in line for a limit or a rate, ``limit_line``: what :func:`pgbus_flask.queries.limit_lines`
+        read of that line.
     :param now: the current time (aware).
     :param stall_threshold: a scheduled step due longer than this is overdue.
     :param wait_for: the signal the current step waits for, when the class is known here.
@@ -106,6 +110,24 @@ def present(row: Mapping[str, Any], *, now: datetime, stall_threshold: timedelta
     shown = _present(row, now=now, stall_threshold=stall_threshold, wait_for=wait_for)
     attention = stuck_reason(row, now=now, stall_threshold=stall_threshold, waiting_threshold=waiting_threshold)
     return replace(shown, attention=attention) if attention else shown
+
+
+def _in_line(row: Mapping[str, Any], step: Any, name: str) -> Presentation:
+    """A run waiting in line for a concurrency slot (``waiting_slot``) or a rate's start
+    (``waiting_rate``); ``waiting_limit`` when ``row["limit_line"]`` (read by
+    :func:`pgbus_flask.queries.limit_lines`) does not say what the limit allows."""
+    since = _step(row, "blocked_since") or row.get("updated_at")
+    key = _step(row, "blocked_key")
+    line = row.get("limit_line") or {}
+    capacity = line.get("capacity")
+    if capacity is None:
+        return _result("waiting", "waiting_limit", step=step, limit=name, since=since)
+    if key is None:  # a rate's line has no key
+        return _result("waiting", "waiting_rate", step=step, rate=name, capacity=int(capacity),
+                       per_seconds=float(line.get("per_seconds") or 1.0), time=line.get("wake_at"), since=since)
+    return _result("waiting", "waiting_slot", step=step, limit=name, kind=line.get("kind") or "step", key=str(key),
+                   capacity=int(capacity), running=int(line.get("running") or 0),
+                   waiting=int(line.get("waiting") or 0), since=since)
 
 
 def _present(row: Mapping[str, Any], *, now: datetime, stall_threshold: timedelta,
@@ -136,6 +158,9 @@ def _present(row: Mapping[str, Any], *, now: datetime, stall_threshold: timedelt
             return _result("possibly_stalled", "possibly_stalled", step=step, ago=stall_at, attempt=attempt)
         return _result("running", "running", step=step, ago=started or row.get("updated_at"), attempt=attempt)
     if status == "waiting":
+        blocked_on = _step(row, "blocked_on")
+        if blocked_on is not None and step_status == "scheduled":
+            return _in_line(row, step, str(blocked_on))
         since = _step(row, "waiting_since") or row.get("updated_at")
         if _step(row, "batch_id") is not None:
             # Named as the reference names it: "OrderWorkflow#notify_vendors".

@@ -21,6 +21,7 @@ from babel import Locale
 from babel.dates import format_datetime, format_timedelta, get_date_format, get_datetime_format, get_time_format
 from babel.numbers import format_decimal
 from babel.support import NullTranslations, Translations
+from babel.units import format_unit
 from markupsafe import Markup, escape
 
 from ..verbs import C_, N_
@@ -260,6 +261,15 @@ class Words:
         since = _aware(since)
         return Markup('<time datetime="%s" title="%s">%s</time>') % (
             since.astimezone(timezone.utc).isoformat(), self.absolute(since), self.span(since, now))
+
+    def period(self, seconds: float) -> str:
+        """A window of time in its largest whole unit, written out: "30 seconds", "2 minutes", "6 hours",
+        "1.5 seconds" (a rate's window)."""
+        for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+            if seconds >= size and seconds % size == 0:
+                return format_unit(int(seconds // size), f"duration-{unit}", length="long", locale=self.babel_locale)
+        value: float = int(seconds) if float(seconds).is_integer() else round(seconds, 3)
+        return format_unit(value, "duration-second", length="long", locale=self.babel_locale)
 
     def duration(self, seconds: float) -> str:
         """A duration such as "3 seconds" or "2 hours" (narrow, localized)."""

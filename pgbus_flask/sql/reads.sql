@@ -1,5 +1,6 @@
 -- The reads of the dashboard, the CLI and operators (pgbus_flask/queries.py): counts, run ids
--- by prefix, batches. The reads whose text depends on their filters are in pgbus_flask/filters.py.
+-- by prefix, batches, the limits and rates of flow control. The reads whose text depends on their
+-- filters are in pgbus_flask/filters.py.
 
 -- name: now
 -- The database's clock: the transaction's start time.
@@ -101,3 +102,57 @@ SELECT child_ids FROM pgbus_workflow_steps WHERE workflow_id = %s AND child_ids 
 -- What a run page shows of these child runs.
 SELECT workflow_id, workflow_class, status, current_step, parent_step_name, created_at,
   finished_at, attention_reason FROM pgbus_workflows WHERE workflow_id = ANY(%s);
+
+-- name: limit_lines
+-- The limits and rates waiting steps are in line for (%(names)s with %(keys)s; a NULL key names a rate): each one's declaration and wake-up, and for a limit's key its slots held and its steps in line (pgbus_workflow_steps_blocked).
+SELECT q.name, q.key, l.kind, l.capacity, l.per_seconds, l.wake_at,
+       (SELECT count(*) FROM pgbus_limit_slots s WHERE s.limit_name = q.name AND s.limit_key = q.key
+          AND (s.holder_run IS NOT NULL OR s.holder_step IS NOT NULL)) AS running,
+       (SELECT count(*) FROM pgbus_workflow_steps b WHERE b.blocked_on = q.name AND b.blocked_key = q.key
+          AND b.status = 'scheduled') AS waiting
+FROM unnest(%(names)s::text[], %(keys)s::text[]) AS q(name, key)
+LEFT JOIN LATERAL (SELECT m.kind, m.capacity, m.per_seconds, m.wake_at FROM pgbus_limits m
+                   WHERE m.name = q.name AND (m.kind = 'rate') = (q.key IS NULL)
+                   ORDER BY m.kind LIMIT 1) l ON TRUE;
+
+-- name: limits
+-- Every limit and rate as last declared (at most %(limit)s), with its keys, slots in use (a rate: the starts of its window now), steps in line and busiest keys (the %(top)s with the most in use and waiting), each read through index ranges of its name.
+SELECT l.name, l.kind, l.capacity, l.per_seconds, l.wake_at, l.updated_at, slots.keys,
+       CASE WHEN l.kind = 'rate' THEN
+           (SELECT count(*) FROM unnest(l.starts) t WHERE t > now() - make_interval(secs => l.per_seconds))
+       ELSE slots.in_use END AS in_use,
+       CASE WHEN l.kind = 'rate' THEN
+           (SELECT count(*) FROM pgbus_workflow_steps b WHERE b.blocked_on = l.name AND b.blocked_key IS NULL
+              AND b.status = 'scheduled')
+       ELSE
+           (SELECT count(*) FROM pgbus_workflow_steps b WHERE b.blocked_on = l.name AND b.blocked_key IS NOT NULL
+              AND b.status = 'scheduled') END AS waiting,
+       CASE WHEN l.kind <> 'rate' AND %(top)s > 0 THEN (
+           SELECT COALESCE(jsonb_agg(jsonb_build_object('key', k.key, 'in_use', k.in_use, 'waiting', k.waiting)
+                                     ORDER BY k.in_use + k.waiting DESC, k.key), '[]'::jsonb)
+           FROM (SELECT u.key, sum(u.in_use)::integer AS in_use, sum(u.waiting)::integer AS waiting
+                 FROM (SELECT s.limit_key AS key, count(*) AS in_use, 0 AS waiting FROM pgbus_limit_slots s
+                        WHERE s.limit_name = l.name AND (s.holder_run IS NOT NULL OR s.holder_step IS NOT NULL)
+                        GROUP BY s.limit_key
+                       UNION ALL
+                       SELECT b.blocked_key, 0, count(*) FROM pgbus_workflow_steps b
+                        WHERE b.blocked_on = l.name AND b.blocked_key IS NOT NULL AND b.status = 'scheduled'
+                        GROUP BY b.blocked_key) u
+                 GROUP BY u.key ORDER BY sum(u.in_use) + sum(u.waiting) DESC, u.key LIMIT %(top)s) k)
+       END AS busiest
+FROM pgbus_limits l
+LEFT JOIN LATERAL (SELECT count(DISTINCT s.limit_key) AS keys,
+                          count(*) FILTER (WHERE s.holder_run IS NOT NULL OR s.holder_step IS NOT NULL) AS in_use
+                   FROM pgbus_limit_slots s WHERE s.limit_name = l.name AND l.kind <> 'rate') slots ON l.kind <> 'rate'
+ORDER BY l.name, l.kind LIMIT %(limit)s;
+
+-- name: limits_card
+-- How many limits and rates are declared, and how many steps wait in line for them (pgbus_workflow_steps_blocked, a range of each): the overview's card.
+SELECT count(*) AS limits,
+       COALESCE(sum(CASE WHEN l.kind = 'rate' THEN
+                    (SELECT count(*) FROM pgbus_workflow_steps b WHERE b.blocked_on = l.name
+                       AND b.blocked_key IS NULL AND b.status = 'scheduled')
+                ELSE
+                    (SELECT count(*) FROM pgbus_workflow_steps b WHERE b.blocked_on = l.name
+                       AND b.blocked_key IS NOT NULL AND b.status = 'scheduled') END), 0) AS waiting
+FROM pgbus_limits l;

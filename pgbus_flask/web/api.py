@@ -97,6 +97,10 @@ class Api:
     def attention(self) -> Response:
         return reply(shapes.attention(self.engine, words(), inputs.text(request.args, "workflow_class")))
 
+    def limits(self) -> Response:
+        """Every limit and rate with its use now (the Limits page's figures)."""
+        return reply(shapes.limits(self.engine, words()))
+
     def batch(self, batch_id: str) -> Response:
         number = inputs.whole_number(batch_id, "batch_id")
         after = inputs.whole_number(request.args.get("after"), "after", minimum=0, maximum=inputs.INT_MAX)
@@ -129,6 +133,7 @@ def register(bp: Blueprint, engine: Engine, pages: Pages) -> None:
     bp.add_url_rule(f"{PREFIX}/runs/<workflow_id>", "api_run", api.run)
     bp.add_url_rule(f"{PREFIX}/runs/<workflow_id>/actions/<action>", "api_act", api.act, methods=["POST"])
     bp.add_url_rule(f"{PREFIX}/attention", "api_attention", api.attention)
+    bp.add_url_rule(f"{PREFIX}/limits", "api_limits", api.limits)
     bp.add_url_rule(f"{PREFIX}/runs/<workflow_id>/signals/<signal_id>", "api_signal", api.signal)
     bp.add_url_rule(f"{PREFIX}/runs/<workflow_id>/outputs/<step_name>", "api_output", api.output)
     bp.add_url_rule(f"{PREFIX}/batches/<batch_id>", "api_batch", api.batch)

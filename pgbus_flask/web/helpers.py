@@ -27,6 +27,7 @@ from ..present.sentences import (
     EVENT_LABELS,
     EVENTS_WITH_TIME,
     HTML,
+    LIMIT_KIND_LABELS,
     NEXT_MESSAGES,
     PLAIN,
     PRIMARY_ACTIONS,
@@ -57,11 +58,12 @@ from .i18n import words
 
 __all__ = [
     "ACTION_LABELS", "BADGE_LABELS", "BULK_BY_REASON", "CHILD_STATUS_LABELS", "CHILD_TONES",
-    "DASHBOARD_ACTIONS", "EVENTS_WITH_TIME", "EVENT_LABELS", "HTML", "NEXT_MESSAGES", "PLAIN", "PRIMARY_ACTIONS",
+    "DASHBOARD_ACTIONS", "EVENTS_WITH_TIME", "EVENT_LABELS", "HTML", "LIMIT_KIND_LABELS", "NEXT_MESSAGES", "PLAIN",
+    "PRIMARY_ACTIONS",
     "RESUME_LABELS", "RUN_STATUS_LABELS", "RUN_STATUS_TONES", "SIGNAL_STATUS_LABELS", "SIGNAL_TONES",
     "STEP_STATUS_LABELS", "STEP_TONES", "STUCK_REASON_LABELS", "STUCK_REASON_TONES", "TEXT", "action_button",
     "action_confirm", "attention_badge", "audit_sentence", "badge", "batch_url", "bulk_button", "bulk_confirm",
-    "bulk_tone",
+    "bulk_tone", "capacity_text",
     "child_badge", "dashboard_actions", "due_moment", "fill", "humanize", "label", "next_sentence",
     "primary_action", "resume_label", "run_badge", "safe_url", "signal_badge", "status_badge", "step_badge",
     "subject_label", "subject_link", "verb_tone",
@@ -105,6 +107,11 @@ def child_badge(status: str) -> Markup:
 def next_sentence(presentation: Presentation, now: datetime) -> Markup:
     """The "what happens next" sentence, with names as ``<code>``, moments as ``<time>`` and a batch linked."""
     return sentences.next_sentence(words(), presentation, now, batch_url)
+
+
+def capacity_text(kind: str, capacity: int, per_seconds: float | None) -> str:
+    """A limit's or a rate's capacity in words: "2 at once", "10 a second"."""
+    return sentences.capacity_text(words(), kind, capacity, per_seconds)
 
 
 def action_button(action: str, plan: ResumePlan | None, open_step: str | None) -> str:

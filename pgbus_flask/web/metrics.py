@@ -10,7 +10,10 @@ dashboard's overview, so its cost does not grow with the runs:
 - ``pgbus_runs_needing_attention_capped{workflow_class, reason}``: 1 when that count
   stopped at the cap (it is then a lower bound), else 0;
 - ``pgbus_oldest_overdue_step_age_seconds{workflow_class}``: the first due run of each
-  overdue group.
+  overdue group;
+- ``pgbus_limit_capacity{limit, kind}``, ``pgbus_limit_slots_in_use{limit, kind}`` and
+  ``pgbus_limit_runs_waiting{limit, kind}``: each flow-control limit and rate by its name, never by
+  a key's value (``queries.limits``, which reads each name's index ranges).
 
 and adds this process's own counters and histograms (:mod:`pgbus_flask.metrics`).
 
@@ -60,6 +63,7 @@ class DatabaseGauges:
             counts = queries.status_counts(self.engine)
             stuck = queries.stuck_reason_counts(self.engine)
             oldest = queries.oldest_overdue(self.engine)
+            limits = queries.limits(self.engine, top=0)
         except (PgbusError, psycopg.Error) as exc:
             log.warning("pgbus metrics: could not read the gauges from PostgreSQL: %s", exc)
             up.add_metric([], 0)
@@ -93,6 +97,27 @@ class DatabaseGauges:
         yield needing
         yield capped
         yield age
+        yield from limit_gauges(limits)
+
+
+def limit_gauges(limits: list[queries.LimitUse]) -> Iterator[Any]:
+    """The flow-control gauges, one series per limit or rate name and kind (a bounded set: the names
+    are declared in code; a key's value, which comes from the runs' arguments, is never a label)."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    labels = ["limit", "kind"]
+    capacity = GaugeMetricFamily("pgbus_limit_capacity", "What a limit allows at once, or a rate per window"
+                                 " (kind: run for a class's limit, step for a step's, rate)", labels=labels)
+    in_use = GaugeMetricFamily("pgbus_limit_slots_in_use", "Slots of a limit held now, over all its keys (a rate:"
+                               " the starts of its current window)", labels=labels)
+    waiting = GaugeMetricFamily("pgbus_limit_runs_waiting", "Runs in line for a limit or a rate", labels=labels)
+    for use in limits:
+        capacity.add_metric([use.name, use.kind], use.capacity)
+        in_use.add_metric([use.name, use.kind], use.in_use)
+        waiting.add_metric([use.name, use.kind], use.waiting)
+    yield capacity
+    yield in_use
+    yield waiting
 
 
 def register(bp: Blueprint, engine: Engine) -> None:

@@ -30,7 +30,7 @@ from ..present import shapes
 from ..present.state import Presentation, batch_name
 from ..workflow import Workflow, registry
 from . import helpers, inputs, notices
-from .i18n import bdi, code, gettext, markup, number, ugettext, ungettext
+from .i18n import bdi, clock_tag, code, gettext, markup, number, ugettext, ungettext
 from .schedules import overview_items as schedule_items
 from .timeline import BUCKETS, MAX_BARS, render_buckets
 from .timeline import render as render_timeline
@@ -130,7 +130,8 @@ class Pages:
                   for (cls, reason), n in stuck.items() if reason not in states.PAUSED_REASONS}
         return render("pgbus/overview.html", live=True, cards=cards, table=table, stuck=stuck_by_class,
                       capped=stuck.capped, statuses=states.RUN_STATUSES, reasons=states.STUCK_REASONS,
-                      marked=marked, schedules=schedule_items(self.engine, g.pgbus_now))
+                      marked=marked, schedules=schedule_items(self.engine, g.pgbus_now),
+                      limits=queries.limits_card(self.engine))
 
     # -- runs list -----------------------------------------------------------------------
 
@@ -139,6 +140,7 @@ class Pages:
         before = inputs.whole_number(request.args.get("before"), "before")
         self.sync_clock()
         rows, cursor = queries.list_runs(self.engine, queries.RunFilter(before=before, limit=PAGE_SIZE, **filters))
+        shapes.with_limit_lines(self.engine, rows)
         items = [{"row": row, "p": self.present(row), "subject": self.subject(row)} for row in rows]
         query = {k: v for k, v in filters.items() if v}
         # A text search that read its window of runs without filling the page: say why "Older runs" is there.
@@ -313,6 +315,18 @@ class Pages:
         notices.keep("bulk", action=action, moved=result.moved, refused=result.refused)
         return redirect(url_for(".attention"), 303)
 
+    # -- limits ------------------------------------------------------------------------
+
+    def limits(self) -> str:
+        """Every limit and rate: its kind, capacity, keys, slots in use, runs waiting and busiest keys."""
+        self.sync_clock()
+        items = [{"l": use, "kind": helpers.label(helpers.LIMIT_KIND_LABELS, use.kind),
+                  "capacity": helpers.capacity_text(use.kind, use.capacity, use.per_seconds),
+                  # a rate with runs in line: when its wake-up lets the next ones start
+                  "wake": clock_tag(use.wake_at, g.pgbus_now) if use.waiting and use.wake_at else None}
+                 for use in queries.limits(self.engine)]
+        return render("pgbus/limits.html", live=True, items=items)
+
     # -- batch -------------------------------------------------------------------------
 
     def batch(self, batch_id: str) -> str:
@@ -421,4 +435,5 @@ def register(bp: Blueprint, engine: Engine) -> Pages:
     bp.add_url_rule("/attention", "attention", pages.attention)
     bp.add_url_rule("/attention/bulk", "bulk", pages.bulk, methods=["POST"])
     bp.add_url_rule("/batches/<batch_id>", "batch", pages.batch)
+    bp.add_url_rule("/limits", "limits", pages.limits)
     return pages

@@ -176,7 +176,7 @@ def test_every_state_has_a_label() -> None:
     # Every bulk verb has its own words for one run (the table makes each field required).
     assert len({verbs.BY_NAME[action].bulk.one for action in verbs.BULK_ACTIONS}) == len(verbs.BULK_ACTIONS) == 3
     assert set(helpers.BULK_BY_REASON) == set(states.STUCK_REASONS)
-    assert set(helpers.NEXT_MESSAGES) | {"waiting_batch", "waiting_children"} == set(NEXT_KEYS)
+    assert set(helpers.NEXT_MESSAGES) | {"waiting_batch", "waiting_children", "waiting_slot"} == set(NEXT_KEYS)
 
 
 def test_dashboard_actions_are_the_available_ones_it_has_buttons_for() -> None:
@@ -224,7 +224,8 @@ def test_waiting_for_child_runs_says_how_many(ctx: Flask) -> None:
 
 def test_every_next_key_renders(ctx: Flask) -> None:
     args = {"step": "s", "signal": "go", "error": "E", "ago": NOW, "since": NOW, "time": NOW + timedelta(hours=1),
-            "attempt": 2, "batch": "s", "batch_id": 1, "done": 1, "total": 2, "failed": 0}
+            "attempt": 2, "batch": "s", "batch_id": 1, "done": 1, "total": 2, "failed": 0, "limit": "stripe",
+            "rate": "api", "kind": "step", "key": "42", "capacity": 2, "running": 2, "waiting": 5, "per_seconds": 1.0}
     for key in NEXT_KEYS:
         sentence = text_of(helpers.next_sentence(Presentation("x", "gray", key, args), NOW))
         assert sentence.endswith(".") and "%(" not in sentence, key

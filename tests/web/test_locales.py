@@ -15,14 +15,15 @@ from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 from flask import Flask
 
-from pgbus_flask import PgBus
+from pgbus_flask import PgBus, runner
 from pgbus_flask import engine as engine_module
 from pgbus_flask.config import SHIPPED_LOCALES, Settings
 from pgbus_flask.errors import ConfigError
 from pgbus_flask.web import helpers
+from tests.flow_workflows import TenantSync
 from tests.support import TRANSLATIONS, settings_for
 from tests.support.seeds import stall_and_time_out
-from tests.support.webtools import CLOCK, csrf, seed_every_state, sql, text_of
+from tests.support.webtools import CLOCK, csrf, engine_of, seed_every_state, sql, text_of
 from tests.workflows import ThreeSteps
 
 PLACEHOLDER = re.compile(r"%\(\w+\)[sd]|%[sd]")
@@ -54,6 +55,15 @@ def english_fragments(locale: str) -> list[str]:
     return sorted(fragments)
 
 
+def in_line(app: Flask) -> str:
+    """A run waiting in line for its class's limit (the two before it hold the key's slots): its id."""
+    with app.app_context():
+        runs = [TenantSync.start(tenant=1) for _ in range(3)]
+    for run in runs:
+        runner.claim_attempt(engine_of(app), int(run.refresh().steps()[-1]["id"]), None)
+    return str(runs[-1].workflow_id)
+
+
 def lang(page: str) -> str:
     found = re.search(r'<html lang="(\w+)"', page)
     assert found
@@ -62,14 +72,15 @@ def lang(page: str) -> str:
 
 @pytest.mark.parametrize("locale", [loc for loc in SHIPPED_LOCALES if loc != "en"])
 def test_every_page_is_in_the_viewers_language(app: Flask, locale: str) -> None:
-    ids = {**seed_every_state(app), **stall_and_time_out(app)}
+    ids = {**seed_every_state(app), **stall_and_time_out(app), "in_line": in_line(app)}
     client = app.test_client()
     batch = re.search(r'href="(/pgbus/batches/\d+)"', client.get(f"/pgbus/runs/{ids['waiting_batch']}").get_data(
         as_text=True))
     assert batch
     token = csrf(client)
     pages = {url: client.get(url + ("&" if "?" in url else "?") + f"locale={locale}")
-             for url in ["/pgbus/", "/pgbus/runs", "/pgbus/attention", batch.group(1), "/pgbus/runs?status=bogus",
+             for url in ["/pgbus/", "/pgbus/runs", "/pgbus/attention", "/pgbus/limits", batch.group(1),
+                         "/pgbus/runs?status=bogus",
                          "/pgbus/runs/00000000-0000-0000-0000-000000000000"]
              + [f"/pgbus/runs/{i}" for i in ids.values()]}
     pages["confirm"] = client.post(f"/pgbus/runs/{ids['paused_error']}/actions/cancel?locale={locale}",

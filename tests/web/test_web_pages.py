@@ -96,8 +96,10 @@ def test_runs_list_shows_every_state(app: Flask) -> None:
 
 def test_every_next_key_is_covered_by_the_seed() -> None:
     # paused_failed: a failed step without an error class, which only a hand-made row has (test_presenter);
-    # waiting_children: a parent and its child runs (tests/web/test_family_doors.py)
-    skipped = ("waiting", "waiting_any_signal", "paused_failed", "waiting_children")
+    # waiting_children: a parent and its child runs (tests/web/test_family_doors.py); waiting_slot, waiting_rate,
+    # waiting_limit: runs in line for a limit or a rate (tests/web/test_web_limits.py)
+    skipped = ("waiting", "waiting_any_signal", "paused_failed", "waiting_children", "waiting_slot", "waiting_rate",
+               "waiting_limit")
     assert {key for key in NEXT_KEYS if key not in skipped} <= {
         "scheduled", "queued", "overdue", "running", "possibly_stalled", "waiting_signal", "waiting_signal_deadline",
         "waiting_batch", "paused_error", "stalled", "paused_manual", "finished", "cancelled"}
