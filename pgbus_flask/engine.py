@@ -103,15 +103,16 @@ class Engine:
             queue = self._queues[name] = Queue(name, connection=self.redis)
         return queue
 
-    def queue_names(self) -> list[str]:
+    def queue_names(self, *, bands: bool = True) -> list[str]:
         """The default queue and every queue a registered workflow names, for the worker to listen on,
-        in the order it reads them: their high-priority bands first, their low ones last (flow.banded)."""
+        in the order it reads them: their high-priority bands first, their low ones last (flow.banded;
+        ``bands=False``: the queues alone)."""
         names = [self.settings.queue]
         for klass in registry().values():
             for name in [klass.queue, *(s.queue for s in klass.steps)]:
                 if name and name not in names:
                     names.append(name)
-        return flow.banded(names)
+        return flow.banded(names) if bands else names
 
     def close(self) -> None:
         self.db.close()

@@ -11,8 +11,9 @@ figures). A missing or bad setting stops ``rq worker`` at start, with the settin
 
 RQ reads the module's upper-case names as its settings: ``REDIS_URL`` (PGBUS_REDIS_URL, so
 ``--url`` may be left out; a ``redis+sentinel://`` URL becomes RQ's ``SENTINEL``) and
-``QUEUES`` (the queues the registered workflows use, when no queue is named on the command
-line). Any other upper-case name here would be read by RQ too: keep imports lower-case.
+``QUEUES`` (the queues the registered workflows use with their priority bands, high first,
+when no queue is named on the command line). Any other upper-case name here would be read by RQ
+too: keep imports lower-case.
 """
 
 from __future__ import annotations

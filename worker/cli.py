@@ -66,6 +66,8 @@ def serve_metrics(port: int, host: str) -> None:
 @click.option("--app", "app_spec", metavar="MODULE[:APP_OR_FACTORY]",
               help="MODULE[:APP_OR_FACTORY] of the Flask app (default: $FLASK_APP)")
 @click.option("--queues", help="comma-separated queues (default: every queue the workflows use)")
+@click.option("--no-bands", is_flag=True,
+              help="read only the queues given, not their priority bands (<queue>.high, <queue>.low)")
 @click.option("--burst", is_flag=True, help="drain the queues, then exit")
 @click.option("--worker-class", help="dotted path of the RQ worker class (default: PGBUS_WORKER_CLASS)")
 @click.option("--no-sweep", is_flag=True, help="do not run the sweep in this worker")
@@ -76,7 +78,8 @@ def serve_metrics(port: int, host: str) -> None:
               help="serve this worker's Prometheus metrics over HTTP on PORT (needs prometheus-client)")
 @click.option("--metrics-host", default="127.0.0.1", metavar="HOST",
               help="address the metrics server listens on (default 127.0.0.1; 0.0.0.0: every interface)")
-def command(app_spec: str | None, queues: str | None, burst: bool, worker_class: str | None, no_sweep: bool,
+def command(app_spec: str | None, queues: str | None, no_bands: bool, burst: bool, worker_class: str | None,
+            no_sweep: bool,
             no_scheduler: bool, name: str | None, log_level: str, metrics_port: int | None,
             metrics_host: str) -> int:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -87,7 +90,9 @@ def command(app_spec: str | None, queues: str | None, burst: bool, worker_class:
     except (PgbusError, ImportError, AttributeError) as exc:
         print(f"pgbus-worker: {redact(str(exc))}", file=sys.stderr)
         return 2
-    names = flow.banded([q.strip() for q in queues.split(",")]) if queues else engine.queue_names()
+    names = [q.strip() for q in queues.split(",")] if queues else engine.queue_names(bands=False)
+    if not no_bands:
+        names = flow.banded(names)
     worker_type.sweep_enabled = not no_sweep
     log.info("pgbus-worker listening on %s", ", ".join(names))
     with app.app_context() if app is not None else nullcontext():

@@ -110,6 +110,7 @@ def pages_to_check(app: Flask, page: Any) -> list[tuple[str, str]]:
         parent = Fulfilment.start(parcels=[1, 2], failing=[2])  # waits on a finished and a paused child
     work(app.extensions["pgbus"])
     child = next(c for c in parent.refresh().children() if c["status"] == "paused")
+    line = in_line(app)
     # a run with more signals than a page shows, a payload cut with the rest in a disclosure and one
     # behind a link
     noisy = Run(app.extensions["pgbus"], ids["waiting_signal"])
@@ -136,7 +137,23 @@ def pages_to_check(app: Flask, page: Any) -> list[tuple[str, str]]:
         ("404", f"/pgbus/runs/{uuid.uuid4()}"),
         ("insights", "/pgbus/classes/FailsUntil/insights"),
         ("insights of a class that ran", "/pgbus/classes/ThreeSteps/insights?window=24h"),
+        ("limits", "/pgbus/limits"),
+        ("run waiting in line for a slot", f"/pgbus/runs/{line}"),
     ]
+
+
+def in_line(app: Flask) -> Any:
+    """Two runs of a tenant holding TenantSync's two slots and a third in line (docs/flow-control.md);
+    the id of the one in line."""
+    from pgbus_flask import runner
+    from tests.flow_workflows import TenantSync
+
+    engine = app.extensions["pgbus"]
+    runs = [TenantSync.start(tenant="acme", bus=engine) for _ in range(3)]
+    for run in runs:
+        runner.claim_attempt(engine, run.refresh().steps()[-1]["id"], None)
+    assert runs[2].refresh().status == "waiting"
+    return runs[2].workflow_id
 
 
 def open_confirm_page(page: Any, run_path: str) -> None:

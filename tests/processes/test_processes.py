@@ -795,7 +795,7 @@ def test_worker_killed_between_dequeue_and_claim_is_resent_within_the_threshold(
     marks it), once; the run finishes with one completed attempt per step."""
     marker = tmp_path / "paused"
     queue = engine.queue(engine.settings.queue)
-    args = ("--no-sweep", "--no-scheduler", "--queues", queue.name,  # one queue: RQ's dequeue is an LMOVE
+    args = ("--no-sweep", "--no-scheduler", "--queues", queue.name, "--no-bands",  # one queue: an LMOVE
             "--worker-class", "tests.proc_workflows.PausesBeforeClaimWorker")
     victim = procs.start_worker(pg_url, redis_url, tmp_path, args=args,
                                 env={"PGBUS_TEST_PAUSE_MARKER": str(marker), "PGBUS_TEST_PAUSE_AT": pause_at})

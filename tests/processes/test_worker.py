@@ -291,12 +291,12 @@ def test_rq_config_gives_rq_the_redis_url_and_the_workflows_queues(pg_url: str) 
     plain = run_cmd([sys.executable, "-c", show], env(pg_url, "", PGBUS_REDIS_URL="redis://127.0.0.1:6390/3",
                                                      **settings))
     assert plain.returncode == 0, plain.stderr
-    assert plain.stdout.splitlines() == ["'redis://127.0.0.1:6390/3'", "['pgbus']", "None"]
+    assert plain.stdout.splitlines() == ["'redis://127.0.0.1:6390/3'", "['pgbus.high', 'pgbus', 'pgbus.low']", "None"]
     sentinel = run_cmd([sys.executable, "-c", show], env(
         pg_url, "", PGBUS_REDIS_URL="redis+sentinel://:pw@h1:26380,h2/mymaster/2?sentinel_password=sp", **settings))
     assert sentinel.returncode == 0, sentinel.stderr
     url, queues, found = sentinel.stdout.splitlines()
-    assert url == "None" and queues == "['pgbus']"
+    assert url == "None" and queues == "['pgbus.high', 'pgbus', 'pgbus.low']"  # the priority bands, high first
     assert ast.literal_eval(found) == {"INSTANCES": [("h1", 26380), ("h2", 26379)], "MASTER_NAME": "mymaster", "DB": 2,
                            "USERNAME": None, "PASSWORD": "pw", "SOCKET_TIMEOUT": 30.0,
                            "SENTINEL_KWARGS": {"password": "sp"}}
