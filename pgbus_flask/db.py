@@ -139,7 +139,10 @@ class Transaction:
             outer._flushers.setdefault(kind, self._flushers[kind])
 
     def _flush(self) -> None:
-        for kind, rows in self.buffered.items():
+        # "woken" last: it reads what the statements before it gave back (the events' attention
+        # refresh may give a slot back too: a run made ready with its step due later)
+        for kind in sorted(self.buffered, key=lambda k: k == "woken"):
+            rows = self.buffered[kind]
             if rows:
                 self._flushers[kind](self.conn, rows)
         self.buffered.clear()

@@ -36,12 +36,13 @@ def job_statuses(redis: Redis, job_ids: Sequence[str | None], *, stale_after: fl
                  claims_at_start: bool = False) -> dict[str, JobStatus | None]:
     """RQ's status of each job, checked against where that status says the job is.
 
-    ``None``: Redis holds no such job, or its hash says queued but no queue list holds its id,
-    or it says scheduled but the scheduled registry does not hold it, or holds it
-    ``stale_after`` seconds past its time (no scheduler is running to enqueue it), or it sits
-    in RQ's intermediate list (a worker took it and never started it) and an earlier look,
-    this function's or RQ's own cleanup's, already found it there (the first look marks it,
-    as RQ's cleanup does; a live worker moves a job on within milliseconds).
+    ``None``: Redis holds no such job, or it says scheduled but the scheduled registry does not
+    hold it, or holds it ``stale_after`` seconds past its time (no scheduler is running to
+    enqueue it), or its hash says queued while no queue list holds it (a worker took it and
+    never started it: from RQ's intermediate list when it reads one queue, from no list at all
+    when it reads several, as pgbus-worker does with the priority bands) and an earlier look,
+    this function's or RQ's own cleanup's, already found it so (the first look marks it, as RQ's
+    cleanup does; a live worker moves a job on within milliseconds).
 
     ``FAILED`` for a job RQ says started on a worker whose key (``rq:worker:<name>``, which a
     live worker keeps alive past its job's timeout) is gone: what RQ's own cleanup makes of it
@@ -112,16 +113,19 @@ def _probe(redis: Redis, ids: Sequence[str], stored: Sequence[Sequence[bytes | N
 
 def _judge(probes: Sequence[Probe], answers: Iterator[Any], statuses: dict[str, JobStatus | None], *,
            stale_after: float, claims_at_start: bool) -> list[tuple[str, Queue]]:
-    """Set each probed job's status from the answers (see :func:`job_statuses`); return the jobs
-    only RQ's intermediate list holds, which one more look decides."""
+    """Set each probed job's status from the answers (see :func:`job_statuses`); return the queued
+    jobs no queue list holds, which one more look decides."""
     now = time.time()
     dequeued: list[tuple[str, Queue]] = []
     for job_id, status, queue in probes:
         only_dequeued = False
         if status == JobStatus.QUEUED:
-            in_queue, in_intermediate = next(answers), next(answers)
-            held = in_queue is not None or in_intermediate is not None
-            only_dequeued = in_queue is None and in_intermediate is not None
+            in_queue, _in_intermediate = next(answers), next(answers)
+            # In no list: a worker reading several queues (BLPOP, no intermediate list) popped it and
+            # has not started it yet, or its list was lost: as a job only the intermediate list
+            # holds, lost only when an earlier look found it so too.
+            held = True
+            only_dequeued = in_queue is None
         elif status == JobStatus.SCHEDULED:
             due = next(answers)
             held = due is not None and float(due) >= now - stale_after
@@ -153,9 +157,9 @@ def _older(raw: bytes | str | None, cutoff: float) -> bool:
 
 def _seen_dequeued(redis: Redis, dequeued: Sequence[tuple[str, Queue]],
                    statuses: dict[str, JobStatus | None]) -> None:
-    """Jobs only RQ's intermediate list holds: lost when an earlier look already found them
-    there. The mark is RQ's own (``IntermediateQueue.set_first_seen``), so RQ's cleanup and the
-    sweep agree on when a job was first seen; its status is read again with it."""
+    """Jobs queued in no queue list (taken by a worker, not started): lost when an earlier look
+    already found them so. The mark is RQ's own (``IntermediateQueue.set_first_seen``), so RQ's
+    cleanup and the sweep agree on when a job was first seen; its status is read again with it."""
     with redis.pipeline(transaction=False) as pipe:
         for job_id, queue in dequeued:
             key = IntermediateQueue(queue.key, redis).get_first_seen_key(job_id)

@@ -314,3 +314,21 @@ def test_the_sweep_deletes_the_slot_rows_of_keys_nobody_holds_or_waits_for(engin
     assert {row[0] for row in sql(engine, "SELECT DISTINCT limit_key FROM pgbus_limit_slots")} == {"busy"}
     busy[0].cancel()  # its slot goes to the third, as before
     assert busy[2].refresh().status == "ready" and leaked(engine) == []
+
+
+def test_a_run_rescheduled_for_later_gives_its_slot_to_the_next_whose_job_is_sent(engine: Engine) -> None:
+    """The give-back here comes from the attention refresh written with the audit event (a ready run
+    whose step is due later holds no slot): the woken step's job is still sent after commit."""
+    from rq.job import Job, JobStatus
+
+    runs = [TenantSync.start(tenant="later", bus=engine) for _ in range(3)]
+    claims = [claim(engine, r) for r in runs]
+    assert claims[0] is not None and claims[2] is None
+    runner.record_outcome(engine, claims[0], result="fetched")  # ready, its store step due now: holds
+    assert runs[2].refresh().status == "waiting"
+    moment = datetime.now(runs[0].row["created_at"].tzinfo) + timedelta(days=1)
+    runs[0].reschedule(moment, reason="tomorrow")
+    assert runs[2].refresh().status == "ready"
+    step = runs[2].steps()[-1]
+    assert Job.fetch(step["job_id"], connection=engine.redis).get_status() == JobStatus.QUEUED
+    assert leaked(engine) == []

@@ -894,7 +894,9 @@ class EngineModel(RuleBasedStateMachine):
             latest = world.latest(run)
             assert latest is not None
             if run["status"] == "ready" and latest["job_id"] not in self.lost_jobs:
-                wanted[latest["job_id"]] = f"step {latest['step_name']} of ready run {run['workflow_id']}"
+                recent = [e["event"] for e in world.events_of[run["workflow_id"]]][-6:]
+                wanted[latest["job_id"]] = (f"step {latest['step_name']} of ready run {run['workflow_id']} "
+                                            f"({run['workflow_class']}, last events {recent})")
         for batch in world.batches:
             if batch["status"] != "open":
                 continue
