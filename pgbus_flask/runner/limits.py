@@ -141,12 +141,13 @@ def declare(engine: Engine, classes: list[type[Workflow]]) -> None:
     """Store the limits and rates ``classes`` declare where they changed (the sweep, each time: a
     deploy that raised a capacity frees slots for the waiting runs without waiting for a claim)."""
     found = declared(classes)
-    if not found:
-        return
+    if not found or engine.sweep_cursors.get("declared_limits") == found:
+        return  # stored already by this process (a person's change to the rows is the next claim's)
     keys = list(found)
     with engine.db.transaction() as tx:
         db.run(tx.conn, "declare_limits", ([name for _, name in keys], [kind for kind, _ in keys],
                                            [found[k][0] for k in keys], [found[k][1] for k in keys]))
+    engine.sweep_cursors["declared_limits"] = found
 
 
 def regrant(engine: Engine, lines: list[tuple[str, str]]) -> int:
