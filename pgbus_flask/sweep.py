@@ -48,8 +48,7 @@ FIND = {
     "overdue": "sweep_overdue",
     "expired_waits": "sweep_expired_waits",
     "lost_children": "sweep_lost_children",
-    "flow_lines": "sweep_flow_lines",
-    "flow_rates": "sweep_flow_rates",
+    "flow": "sweep_flow",
     "retention_finished": "sweep_retention_finished",
     "retention_cancelled": "sweep_retention_cancelled",
 }
@@ -231,12 +230,11 @@ def _flow(engine: Engine, report: SweepReport) -> None:
     skipped by a grant because another transaction held it), rates with waiting runs whose wake-up job
     is missing or late are woken, and the slot rows of keys nobody holds or waits for are deleted."""
     runner.declare(engine, list(registry().values()))
-    lines = _ids(engine, "flow_lines", {"limit": BATCH})
-    report.slots_granted += runner.regrant(engine, [(name, key) for name, key in lines])
-    for (name,) in _ids(engine, "flow_rates", {"late": RATE_WAKE_LATE}):
-        report.rates_woken += runner.wake_rate(engine, name)
-    with engine.db.connection() as conn:  # keys no longer used keep no rows
-        db.run(conn, "sweep_idle_slots", {"limit": BATCH})
+    found = _ids(engine, "flow", {"limit": BATCH, "late": RATE_WAKE_LATE})
+    report.slots_granted += runner.regrant(engine, [(name, key) for kind, name, key in found if kind == "line"])
+    for kind, name, _ in found:
+        if kind == "rate":
+            report.rates_woken += runner.wake_rate(engine, name)
 
 
 def _retention(engine: Engine, report: SweepReport) -> None:

@@ -70,9 +70,19 @@ DELETE FROM pgbus_workflows WHERE id IN (SELECT id FROM pgbus_workflows
   WHERE status = 'cancelled' AND updated_at < now() - make_interval(secs => %s)
   ORDER BY updated_at LIMIT %s);
 
--- name: sweep_flow_lines
--- The lines of concurrency limits (limit, key) with a waiting run and a free slot: a capacity raised since, or a waiter a grant skipped while another transaction held its run (pgbus_workflow_steps_blocked).
-SELECT l.blocked_on, l.blocked_key FROM (
+-- name: sweep_flow
+-- Flow control's safety net in one statement (pgbus_workflow_steps_blocked): the lines of concurrency limits (limit, key) with a waiting run and a free slot (a capacity raised since, or a waiter a grant skipped while another transaction held its run); the rates with waiting runs whose wake-up is missing or late by %(late)s seconds (its job lost with Redis, or never sent); and, deleted on the way, the slot rows of at most %(limit)s keys that hold none and have no run in line (a claim makes them again; a slot taken meanwhile is left: the recheck of holder IS NULL).
+WITH idle AS (
+    DELETE FROM pgbus_limit_slots t USING (
+        SELECT limit_name, limit_key FROM pgbus_limit_slots GROUP BY limit_name, limit_key
+        HAVING bool_and(holder_run IS NULL AND holder_step IS NULL) LIMIT %(limit)s
+    ) k
+    WHERE t.limit_name = k.limit_name AND t.limit_key = k.limit_key
+      AND t.holder_run IS NULL AND t.holder_step IS NULL
+      AND NOT EXISTS (SELECT 1 FROM pgbus_workflow_steps s WHERE s.blocked_on = t.limit_name
+                        AND s.blocked_key = t.limit_key AND s.status = 'scheduled')
+)
+SELECT 'line' AS kind, l.blocked_on AS name, l.blocked_key AS key FROM (
     SELECT DISTINCT s.blocked_on, s.blocked_key FROM pgbus_workflow_steps s
     JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id AND w.status = 'waiting'
     WHERE s.blocked_on IS NOT NULL AND s.blocked_key IS NOT NULL AND s.status = 'scheduled'
@@ -80,22 +90,9 @@ SELECT l.blocked_on, l.blocked_key FROM (
 JOIN pgbus_limits m ON m.name = l.blocked_on AND m.kind <> 'rate'
 WHERE (SELECT count(*) FROM pgbus_limit_slots t WHERE t.limit_name = l.blocked_on AND t.limit_key = l.blocked_key
          AND t.slot <= m.capacity AND (t.holder_run IS NOT NULL OR t.holder_step IS NOT NULL)) < m.capacity
-LIMIT %(limit)s;
-
--- name: sweep_flow_rates
--- The rates with waiting runs whose wake-up is missing or late by %(late)s seconds (its job lost with Redis, or never sent).
-SELECT m.name FROM pgbus_limits m
+UNION ALL
+SELECT 'rate', m.name, NULL FROM pgbus_limits m
 WHERE m.kind = 'rate' AND (m.wake_at IS NULL OR m.wake_at < now() - make_interval(secs => %(late)s))
   AND EXISTS (SELECT 1 FROM pgbus_workflow_steps s WHERE s.blocked_on = m.name AND s.blocked_key IS NULL
-                AND s.status = 'scheduled');
-
--- name: sweep_idle_slots
--- Delete the slot rows of keys that hold none and have no run in line (a key seen once keeps no rows: a claim makes them again); at most %(limit)s keys a sweep. A slot taken meanwhile is left (the recheck of holder IS NULL).
-DELETE FROM pgbus_limit_slots t USING (
-    SELECT limit_name, limit_key FROM pgbus_limit_slots GROUP BY limit_name, limit_key
-    HAVING bool_and(holder_run IS NULL AND holder_step IS NULL) LIMIT %(limit)s
-) idle
-WHERE t.limit_name = idle.limit_name AND t.limit_key = idle.limit_key
-  AND t.holder_run IS NULL AND t.holder_step IS NULL
-  AND NOT EXISTS (SELECT 1 FROM pgbus_workflow_steps s WHERE s.blocked_on = t.limit_name
-                    AND s.blocked_key = t.limit_key AND s.status = 'scheduled');
+                AND s.status = 'scheduled')
+LIMIT %(limit)s;

@@ -22,8 +22,7 @@ PARAMS: dict[str, tuple[Any, ...] | dict[str, Any]] = {
     "overdue": {"threshold": 300.0, "after_at": PAGE_START[0], "after_id": PAGE_START[1], "limit": BATCH},
     "expired_waits": {"after_at": PAGE_START[0], "after_id": PAGE_START[1], "limit": BATCH},
     "lost_children": {"threshold": 300.0, "limit": BATCH},
-    "flow_lines": {"limit": BATCH},
-    "flow_rates": {"late": 10.0},
+    "flow": {"limit": BATCH, "late": 10.0},
     "retention_finished": (30 * 86400.0, DELETE_BATCH),
     "retention_cancelled": (30 * 86400.0, DELETE_BATCH),
 }
@@ -32,8 +31,7 @@ INDEX = {
     "overdue": "pgbus_workflow_steps_scheduled",
     "expired_waits": "pgbus_workflow_steps_wait_deadline",
     "lost_children": "pgbus_batch_children_awaited_enqueued",
-    "flow_lines": "pgbus_workflow_steps_blocked",
-    "flow_rates": "pgbus_workflow_steps_blocked",
+    "flow": "pgbus_workflow_steps_blocked",
     "retention_finished": "pgbus_workflows_finished_updated",
     "retention_cancelled": "pgbus_workflows_cancelled_updated",
 }
