@@ -14,7 +14,7 @@ from .. import db, flow, payload, states
 from ..db import Transaction, current_transaction
 from ..errors import InvalidInput, KeyBusy, PgbusError, SubjectConflict
 from .rows import Row, cap, record_event
-from .scheduling import JOB_PREFIX, send, send_after_commit
+from .scheduling import JOB_PREFIX, priority_of, send, send_after_commit
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -81,9 +81,15 @@ def start(
             raise _conflict(tx.conn, klass, subject_type, subject_id) from None
         if run is None:
             return Started(_existing(tx.conn, klass, idempotency_key), None, None, None)
+        line = _line_of(klass, values) if conn is None and tx.parent is None else None  # our own transaction
+        if line is not None and db.fetch_one(tx.conn, "line_up", line)["in_line"]:  # type: ignore[index]
+            run = {**run, "status": "waiting"}
+        else:
+            first = db.fetch_one(tx.conn, "run_steps", (workflow_id,))
+            assert first is not None  # written by the statement above
+            send_after_commit(engine, tx, klass, first, priority=values["priority"])
+            return Started(workflow_id, run, first, klass)
         first = db.fetch_one(tx.conn, "run_steps", (workflow_id,))
-        assert first is not None  # written by the statement above
-        send_after_commit(engine, tx, klass, first, priority=values["priority"])
         return Started(workflow_id, run, first, klass)
 
 
@@ -128,11 +134,13 @@ def _start_values(klass: type[Workflow], workflow_id: uuid.UUID, arguments: Any,
 def _start_alone(engine: Engine, klass: type[Workflow], values: dict[str, Any]) -> Started:
     """start() in a transaction of its own: BEGIN, the insert, the read of the step and COMMIT
     travel in one round trip (psycopg's pipeline mode); the step is sent once it committed."""
+    line = _line_of(klass, values)
     with engine.db.connection() as conn:  # pooled, in autocommit: BEGIN and COMMIT are ours to send
         try:
             with conn.pipeline():  # what follows start_run may be skipped (a conflict): never prepared
                 conn.execute("BEGIN", prepare=db.AFTER_A_FAILURE)
                 run_cursor = db.run(conn, "start_run", values)
+                line_cursor = db.run(conn, "line_up", line, prepare=db.AFTER_A_FAILURE) if line else None
                 first_cursor = db.run(conn, "run_steps", (values["wid"],), prepare=db.AFTER_A_FAILURE)
                 conn.execute("COMMIT", prepare=db.AFTER_A_FAILURE)
         except BaseException as exc:
@@ -144,9 +152,22 @@ def _start_alone(engine: Engine, klass: type[Workflow], values: dict[str, Any]) 
         run, first = run_cursor.fetchone(), first_cursor.fetchone()
         if run is None:
             return Started(_existing(conn, klass, values["key"]), None, None, None)
+        lined = line_cursor.fetchone() if line_cursor is not None else None
+        in_line = bool(lined and lined["in_line"])
     assert first is not None
+    if in_line:  # its key is busy: a given-back slot sends it
+        return Started(values["wid"], {**run, "status": "waiting"}, first, klass)
     send(engine, klass, first, values["priority"])
     return Started(values["wid"], run, first, klass)
+
+
+def _line_of(klass: type[Workflow], values: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The line_up parameters of a run of a class with a concurrency limit (None without one): a run
+    whose key is busy goes in line at start instead of its job finding it so (docs/flow-control.md)."""
+    if klass.concurrency is None or values["limit"] is None:
+        return None
+    priority = priority_of(klass, klass.steps[0], values["priority"])
+    return (values["wid"], values["limit"], values["limit_key"], klass.concurrency.capacity, priority)
 
 
 def _limit_of(engine: Engine, klass: type[Workflow], workflow_id: uuid.UUID, args: Sequence[Any],

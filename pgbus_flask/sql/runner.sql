@@ -385,3 +385,7 @@ SELECT * FROM unnest(%s::text[], %s::text[], %s::integer[], %s::double precision
 ON CONFLICT (kind, name) DO UPDATE SET capacity = EXCLUDED.capacity, per_seconds = EXCLUDED.per_seconds,
     updated_at = now()
 WHERE l.capacity <> EXCLUDED.capacity OR l.per_seconds IS DISTINCT FROM EXCLUDED.per_seconds;
+
+-- name: line_up
+-- A run just started whose class limit's key is busy goes in line at once (pgbus_line_up): no job for it.
+SELECT pgbus_line_up(%s, %s, %s, %s, %s) AS in_line;

@@ -332,3 +332,24 @@ def test_a_run_rescheduled_for_later_gives_its_slot_to_the_next_whose_job_is_sen
     step = runs[2].steps()[-1]
     assert Job.fetch(step["job_id"], connection=engine.redis).get_status() == JobStatus.QUEUED
     assert leaked(engine) == []
+
+
+def test_a_run_started_while_its_key_is_busy_goes_in_line_with_no_job(engine: Engine) -> None:
+    """No job is sent for it (a hot tenant's backlog adds nothing to the queue ahead of the others):
+    a given-back slot sends it."""
+    holders = [TenantSync.start(tenant="hot", bus=engine) for _ in range(2)]
+    claims = [claim(engine, r) for r in holders]
+    queued_before = engine.queue("pgbus").count
+    late = [TenantSync.start(tenant="hot", bus=engine) for _ in range(3)]
+    assert [r.status for r in late] == ["waiting"] * 3
+    assert engine.queue("pgbus").count == queued_before  # nothing sent for them
+    assert [e for e in events(late[0]) if e.startswith("slot")] == ["slot_waiting"]
+    assert in_line(engine, "TenantSync") == [r.workflow_id for r in late]
+    other = TenantSync.start(tenant="quiet", bus=engine)
+    assert other.status == "ready" and engine.queue("pgbus").count == queued_before + 1
+    holders[0].cancel()
+    assert [r.refresh().status for r in late] == ["ready", "waiting", "waiting"]
+    assert claims[1] is not None
+    runner.record_outcome(engine, claims[1], result="fetched")
+    work_all(engine, [*late, other, holders[1]])
+    assert leaked(engine) == []

@@ -256,6 +256,37 @@ BEGIN
 END
 $$;
 
+-- A run started when its class limit's key has no free slot, or has runs in line already, goes in line
+-- at once (its first step due now): no job is sent for it, and a given-back slot sends it as it would
+-- any waiter. Under the key's lock, as every take and give-back. Returns whether it went in line.
+CREATE FUNCTION pgbus_line_up(p_run uuid, p_name text, p_key text, p_cap integer, p_priority integer)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    first record;
+BEGIN
+    SELECT s.id, s.step_name, s.attempt INTO first FROM pgbus_workflow_steps s
+     WHERE s.workflow_id = p_run AND s.status = 'scheduled' AND s.scheduled_at <= now() AND NOT s.wait_until_pending;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_advisory_xact_lock(pgbus_limit_lock(p_name, p_key));
+    IF (SELECT count(*) FROM pgbus_limit_slots WHERE limit_name = p_name AND limit_key = p_key AND slot <= p_cap
+          AND (holder_run IS NOT NULL OR holder_step IS NOT NULL)) < p_cap
+       AND NOT EXISTS (SELECT 1 FROM pgbus_workflow_steps WHERE blocked_on = p_name AND blocked_key = p_key
+                         AND status = 'scheduled') THEN
+        RETURN false;
+    END IF;
+    UPDATE pgbus_workflow_steps SET blocked_on = p_name, blocked_key = p_key, blocked_since = now(),
+           blocked_priority = p_priority WHERE id = first.id;
+    UPDATE pgbus_workflows SET status = 'waiting', updated_at = now() WHERE workflow_id = p_run;
+    INSERT INTO pgbus_workflow_events (workflow_id, event, actor, step_id, step_name, attempt, details)
+    VALUES (p_run, 'slot_waiting', 'system', first.id, first.step_name, first.attempt,
+            jsonb_build_object('limit', p_name, 'key', p_key));
+    PERFORM pgbus_workflow_attention(p_run);
+    RETURN true;
+END
+$$;
+
 -- A rate's start at its claim: at most capacity starts in any window of per_seconds, counted from
 -- the starts themselves (clock_timestamp() under the rate row's lock: the step's started_at). A
 -- claim the rate's wake-up woke (p_woken) uses what that wake-up promised; any other claim queues
