@@ -220,12 +220,25 @@ def run_attempt(engine: Engine, step_id: int, job_id: str | None = None, budget:
     With a ``budget`` (see :mod:`.inline`) the outcome transaction may claim the next step,
     which then runs here too, and so on while the budget lasts.
     """
-    found = claim_attempt(engine, step_id, job_id)
+    found = _claim_with_retry(engine, step_id, job_id)
     claim = _settle_wait_until(engine, found, job_id) if isinstance(found, WaitUntilDue) else found
     if claim is not None and metrics.enabled():
         metrics.queue_wait(claim.run["workflow_class"], claim.step["step_name"], queue_wait_of(claim.step))
     while claim is not None:
         claim = run_claimed(engine, claim, job_id, budget)
+
+
+def _claim_with_retry(engine: Engine, step_id: int, job_id: str | None) -> Claim | WaitUntilDue | None:
+    """:func:`claim_attempt`, again when PostgreSQL ended it as a deadlock or a serialization failure
+    (two claims and outcomes taking the locks of several flow-control keys in crossing orders: it
+    rolled back whole, so trying again is safe)."""
+    for tries in range(3):
+        try:
+            return claim_attempt(engine, step_id, job_id)
+        except DatabaseError as exc:
+            if not (exc.sqlstate or "").startswith("40") or tries == 2:
+                raise
+    return None  # (not reached)
 
 
 def _instance(engine: Engine, run: Row, klass: type[Workflow], step_name: str, attempt: int,

@@ -566,15 +566,17 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 0;
     END IF;
-    IF (SELECT count(*) FROM pgbus_limit_slots WHERE limit_name = p_name AND limit_key = p_key) < lim.capacity THEN
-        INSERT INTO pgbus_limit_slots (limit_name, limit_key, slot)  -- a capacity raised: its new slots
-        SELECT p_name, p_key, g FROM generate_series(1, lim.capacity) g ON CONFLICT DO NOTHING;
-    END IF;
     LOOP
+        -- a free slot: a row given back, else a new row while fewer than the capacity exist
         SELECT slot INTO free_slot FROM pgbus_limit_slots
          WHERE limit_name = p_name AND limit_key = p_key AND slot <= lim.capacity
            AND holder_run IS NULL AND holder_step IS NULL ORDER BY slot LIMIT 1;
-        EXIT WHEN NOT FOUND;
+        IF NOT FOUND THEN
+            SELECT COALESCE(max(slot), 0) + 1 INTO free_slot FROM pgbus_limit_slots
+             WHERE limit_name = p_name AND limit_key = p_key;
+            EXIT WHEN free_slot > lim.capacity;
+            INSERT INTO pgbus_limit_slots (limit_name, limit_key, slot) VALUES (p_name, p_key, free_slot);
+        END IF;
         SELECT s.id, s.workflow_id, s.step_name, s.attempt, s.sends, s.scheduled_at INTO waiter
           FROM pgbus_workflow_steps s JOIN pgbus_workflows w ON w.workflow_id = s.workflow_id
          WHERE s.blocked_on = p_name AND s.blocked_key = p_key AND s.status = 'scheduled' AND w.status = 'waiting'
@@ -704,18 +706,24 @@ BEGIN
         taken := NULL;
         IF NOT EXISTS (SELECT 1 FROM pgbus_workflow_steps s WHERE s.blocked_on = p_names[i]
                           AND s.blocked_key = p_keys[i] AND s.status = 'scheduled' AND s.id <> p_step) THEN
-            FOR attempt_no IN 1 .. 2 LOOP
-                UPDATE pgbus_limit_slots SET taken_at = now(),
-                       holder_run = CASE WHEN p_kinds[i] = 'run' THEN p_run END,
-                       holder_step = CASE WHEN p_kinds[i] = 'step' THEN p_step END
-                 WHERE limit_name = p_names[i] AND limit_key = p_keys[i] AND slot = (
-                       SELECT slot FROM pgbus_limit_slots WHERE limit_name = p_names[i] AND limit_key = p_keys[i]
-                          AND slot <= p_caps[i] AND holder_run IS NULL AND holder_step IS NULL ORDER BY slot LIMIT 1)
-                RETURNING slot INTO taken;
-                EXIT WHEN taken IS NOT NULL OR attempt_no = 2;
-                INSERT INTO pgbus_limit_slots (limit_name, limit_key, slot)
-                SELECT p_names[i], p_keys[i], g FROM generate_series(1, p_caps[i]) g ON CONFLICT DO NOTHING;
-            END LOOP;
+            UPDATE pgbus_limit_slots SET taken_at = now(),
+                   holder_run = CASE WHEN p_kinds[i] = 'run' THEN p_run END,
+                   holder_step = CASE WHEN p_kinds[i] = 'step' THEN p_step END
+             WHERE limit_name = p_names[i] AND limit_key = p_keys[i] AND slot = (
+                   SELECT slot FROM pgbus_limit_slots WHERE limit_name = p_names[i] AND limit_key = p_keys[i]
+                      AND slot <= p_caps[i] AND holder_run IS NULL AND holder_step IS NULL ORDER BY slot LIMIT 1)
+            RETURNING slot INTO taken;
+            IF taken IS NULL THEN  -- none given back: a new row while fewer than the capacity exist
+                SELECT COALESCE(max(slot), 0) + 1 INTO taken FROM pgbus_limit_slots
+                 WHERE limit_name = p_names[i] AND limit_key = p_keys[i];
+                IF taken <= p_caps[i] THEN
+                    INSERT INTO pgbus_limit_slots (limit_name, limit_key, slot, holder_run, holder_step, taken_at)
+                    VALUES (p_names[i], p_keys[i], taken, CASE WHEN p_kinds[i] = 'run' THEN p_run END,
+                            CASE WHEN p_kinds[i] = 'step' THEN p_step END, now());
+                ELSE
+                    taken := NULL;
+                END IF;
+            END IF;
         END IF;
         IF taken IS NULL THEN
             busy := i;
