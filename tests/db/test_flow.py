@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from pgbus_flask import KeyBusy, Limit, Workflow, runner, step, sweep
-from pgbus_flask.errors import DefinitionError
 from pgbus_flask.engine import Engine
+from pgbus_flask.errors import DefinitionError
 from pgbus_flask.handle import Run
 from pgbus_flask.runner import Claim
 from tests.flow_workflows import BadKey, Charge, Debounced, RateLimited, Refund, Refusing, TenantSync
@@ -249,7 +249,7 @@ def test_a_key_callable_that_fails_pauses_the_run_with_its_error(engine: Engine)
 def test_a_start_key_callable_that_fails_writes_nothing(engine: Engine) -> None:
     from pgbus_flask import InvalidInput
 
-    with pytest.raises(InvalidInput, match="concurrency key.*KeyError"):
+    with pytest.raises(InvalidInput, match=r"concurrency key.*KeyError"):
         TenantSync.start(bus=engine)  # no tenant=
     assert sql(engine, "SELECT count(*) FROM pgbus_workflows")[0][0] == 0
 

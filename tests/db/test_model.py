@@ -263,9 +263,8 @@ def replay_status(events: list[Row]) -> str | None:
             status = "ready"  # a signal woke the parked step
         elif event == "slot_waiting" and status == "ready":
             status = "waiting"  # its claim found no free slot: in line
-        elif event == "slot_granted" and status == "waiting":
-            status = "ready"
-        elif event == "wait_timed_out" and details.get("on_timeout") == "continue":
+        elif (event == "slot_granted" and status == "waiting") or (
+                event == "wait_timed_out" and details.get("on_timeout") == "continue"):
             status = "ready"
     return status
 

@@ -73,7 +73,8 @@ def test_workers_killed_while_holding_slots_leak_none_and_never_exceed_the_limit
             pool.remove(victim)
             pool.append(procs.start_worker(pg_url, redis_url, tmp_path, args=("--no-scheduler",), env=ENV))
             ws.append(pool[-1])
-            wait_until(lambda: finished() > before, timeout=60, message="runs finish again after a kill")
+            wait_until(lambda before=before: finished() > before, timeout=60,
+                       message="runs finish again after a kill")
         wait_until(lambda: finished() == len(runs), timeout=180, interval=0.5,
                    message="every run finished after the kills")
     assert killed == 4

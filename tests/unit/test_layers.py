@@ -31,7 +31,9 @@ LAYERS: list[set[str]] = [
     {"messages", "sql"},  # the engine's own messages as codes, the named statements: import nothing of pgbus
     {"errors", "states", "metrics"},  # metrics: prometheus_client's counters, no pgbus import
     {"config", "payload", "verbs", "filters"},  # verbs: the verb table the doors build on; filters: composed SQL
-    {"logs", "db", "flow"},  # flow: Limit, Rate and the priority bands a workflow declares  # db: the pool, transactions, and the one helper that runs the named statements
+    # db: the pool, transactions, and the one helper that runs the named statements; flow: Limit, Rate
+    # and the priority bands a workflow declares
+    {"logs", "db", "flow"},
     {"attention", "insights", "rq_state"},
     {"definition", "migrate", "testing", "orm", "schedule"},
     {"engine"},
@@ -47,8 +49,8 @@ LAYERS: list[set[str]] = [
 
 #: Each package's modules, lowest first: each may import only those before it.
 PACKAGE_ORDER: dict[str, list[str]] = {
-    "runner": ["rows", "scheduling", "limits", "policy", "deadlines", "fanout", "start", "children", "inline", "attempt",
-               "allowed", "signals", "verbs", "__init__"],
+    "runner": ["rows", "scheduling", "limits", "policy", "deadlines", "fanout", "start", "children", "inline",
+               "attempt", "allowed", "signals", "verbs", "__init__"],
     "web": ["i18n", "presenter", "inputs", "messages", "live", "notices", "security", "helpers", "timeline",
             "schedules", "embed", "metrics", "views", "api", "insights", "schedule_pages", "hooks", "errors",
             "__init__"],
