@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -13,6 +14,7 @@ from psycopg.types.json import Jsonb
 from .. import db, flow, payload, states
 from ..db import Transaction, current_transaction
 from ..errors import InvalidInput, KeyBusy, PgbusError, SubjectConflict
+from . import limits
 from .rows import Row, cap, record_event
 from .scheduling import JOB_PREFIX, priority_of, send, send_after_commit
 
@@ -82,7 +84,10 @@ def start(
         if run is None:
             return Started(_existing(tx.conn, klass, idempotency_key), None, None, None)
         line = _line_of(klass, values) if conn is None and tx.parent is None else None  # our own transaction
-        if line is not None and db.fetch_one(tx.conn, "line_up", line)["in_line"]:  # type: ignore[index]
+        lined = db.fetch_one(tx.conn, "line_up", line) if line is not None else None
+        if lined is not None:
+            tx.after_commit(partial(_send_others_woken, engine, lined, {"id": _first_id(tx, workflow_id)}))
+        if lined is not None and lined["in_line"]:
             run = {**run, "status": "waiting"}
         else:
             first = db.fetch_one(tx.conn, "run_steps", (workflow_id,))
@@ -155,10 +160,25 @@ def _start_alone(engine: Engine, klass: type[Workflow], values: dict[str, Any]) 
         lined = line_cursor.fetchone() if line_cursor is not None else None
         in_line = bool(lined and lined["in_line"])
     assert first is not None
+    if lined is not None:
+        _send_others_woken(engine, lined, first)
     if in_line:  # its key is busy: a given-back slot sends it
         return Started(values["wid"], {**run, "status": "waiting"}, first, klass)
     send(engine, klass, first, values["priority"])
     return Started(values["wid"], run, first, klass)
+
+
+def _first_id(tx: Transaction, workflow_id: Any) -> int:
+    first = db.fetch_one(tx.conn, "run_steps", (workflow_id,))
+    assert first is not None
+    return int(first["id"])
+
+
+def _send_others_woken(engine: Engine, lined: Row, first: Row) -> None:
+    """The runs ahead in line that line_up's grant woke (its own step is sent by start itself)."""
+    others = [int(part) for part in (lined["woken"] or "").split(",") if part and int(part) != first["id"]]
+    if others:
+        limits.send_woken(engine, others)
 
 
 def _line_of(klass: type[Workflow], values: dict[str, Any]) -> tuple[Any, ...] | None:

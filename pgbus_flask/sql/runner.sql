@@ -388,4 +388,4 @@ WHERE l.capacity <> EXCLUDED.capacity OR l.per_seconds IS DISTINCT FROM EXCLUDED
 
 -- name: line_up
 -- A run just started whose class limit's key is busy goes in line at once (pgbus_line_up): no job for it.
-SELECT pgbus_line_up(%s, %s, %s, %s, %s) AS in_line;
+SELECT pgbus_line_up(%s, %s, %s, %s, %s) AS in_line, current_setting('pgbus.woken', true) AS woken;

@@ -753,7 +753,8 @@ $$;
 
 -- A run started when its class limit's key has no free slot, or has runs in line already, goes in line
 -- at once (its first step due now): no job is sent for it, and a given-back slot sends it as it would
--- any waiter. Under the key's lock, as every take and give-back. Returns whether it went in line.
+-- any waiter. Under the key's lock, as every take and give-back. Returns whether it is in line (a
+-- free slot the runs ahead of it could not take goes to the first waiting run, which may be this one).
 CREATE FUNCTION pgbus_line_up(p_run uuid, p_name text, p_key text, p_cap integer, p_priority integer)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
@@ -778,7 +779,10 @@ BEGIN
     VALUES (p_run, 'slot_waiting', 'system', first.id, first.step_name, first.attempt,
             jsonb_build_object('limit', p_name, 'key', p_key));
     PERFORM pgbus_workflow_attention(p_run);
-    RETURN true;
+    -- in line behind runs that cannot take a slot now (paused) while one is free: the first waiting
+    -- run takes it, this one maybe (it is then ready, its job sent as any woken step's)
+    PERFORM pgbus_grant_slots(p_name, p_key);
+    RETURN EXISTS (SELECT 1 FROM pgbus_workflow_steps WHERE id = first.id AND blocked_on IS NOT NULL);
 END
 $$;
 

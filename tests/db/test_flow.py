@@ -353,3 +353,22 @@ def test_a_run_started_while_its_key_is_busy_goes_in_line_with_no_job(engine: En
     runner.record_outcome(engine, claims[1], result="fetched")
     work_all(engine, [*late, other, holders[1]])
     assert leaked(engine) == []
+
+
+def test_a_run_started_behind_paused_waiters_takes_the_free_slot(engine: Engine) -> None:
+    """The runs in line are paused and the slot is free: a new run lines up behind them, and the free
+    slot goes at once to the first run that can take it (this one), whose job is sent."""
+    holder = TenantSync.start(tenant="paused", bus=engine)
+    other = TenantSync.start(tenant="paused", bus=engine)
+    assert claim(engine, holder) is not None and claim(engine, other) is not None
+    waiters = [TenantSync.start(tenant="paused", bus=engine) for _ in range(2)]
+    assert [w.status for w in waiters] == ["waiting", "waiting"]
+    for w in waiters:
+        w.pause(reason="hold on")
+    holder.cancel()
+    other.cancel()
+    assert held(engine, "TenantSync", "paused") == 0
+    late = TenantSync.start(tenant="paused", bus=engine)
+    assert late.refresh().status == "ready" and held(engine, "TenantSync", "paused") == 1
+    work_all(engine, [late])
+    assert leaked(engine) == []
