@@ -2,54 +2,70 @@
 not bind, what they give when they do, and whether they hold while workers are killed. Every
 figure is printed beside the same workload without limits, in the same invocation.
 
-    python -m bench.flow --redis-url redis://127.0.0.1:6379/15            # the issue's sizes
-    python -m bench.flow --quick --redis-url redis://127.0.0.1:6379/15    # a quick look
-    python -m bench.flow --only tenants --runs 2000 --redis-url ...
+    python -m bench.flow --redis-url redis://127.0.0.1:6379/15            # every part, the issue's sizes
+    python -m bench.flow --quick --redis-url redis://127.0.0.1:6379/15    # a quick look (about 2 min)
+    python -m bench.flow --only tenants --runs 2000 --redis-url ...       # one part, smaller
 
 Parts (``--only NAME``, repeatable), each phase on a fresh database (a copy of one migrated
-template) and a flushed Redis database, with real ``pgbus-worker`` processes (``PgbusWorker``,
-scheduler and sweep on) importing ``bench.flow_workflows``:
+template, ``track_functions = 'pl'`` on) and a flushed Redis database, with real ``pgbus-worker``
+processes (``PgbusWorker``, scheduler and sweep on) importing ``bench.flow_workflows``:
 
-* ``overhead``: limits declared but never binding. ``--overhead-runs`` runs of 5 no-op steps
-  (bench.steps' workload), ``--workers`` workers started first, then the starts; end to end =
-  first run created to last run finished (database clock). Classes: no limits (``Free5``);
-  ``concurrency = Limit(10_000)`` (one key); ``Limit(10_000, key=tenant)`` over ``--tenants``
-  keys; ``Limit(10_000)`` on the class and ``Limit(10_000, name=...)`` on step 3. Inline
-  continuation on (as shipped) and off (``PGBUS_INLINE_STEPS=0``), ``--repeat`` times, the
-  classes' order turned each repeat. Also: jobs per step (RQ's counts), slot rows created,
-  runs put in line (``slot_waiting`` events: 0 when nothing binds). Target: within 10%.
-* ``tenants``: ``--runs`` runs (10,000) over ``--tenants`` tenants (100) in a shuffled order,
-  2 steps that sleep 5-20 ms each, ``TenantFree`` then ``TenantLimited`` (``Limit(2,
-  key=tenant)``), the same arguments. All runs are started first, then ``--workers`` (3)
-  workers drain them: drain = first attempt started to last run finished; runs/s; the most
-  runs of one tenant holding a slot at once, from the database (each run's first
-  ``started_at`` to its last ``finished_at``: the slot is the run's from its first claim until
-  it finishes) and from the steps' own clocks (the span of their code, inside the slot: no
-  false positive from ``now()`` being a transaction's start). Target: >= 80% of the
-  unlimited rate; never more than 2.
+* ``overhead``: limits declared but never binding. ``--overhead-runs`` (1,000) runs of 5 no-op
+  steps (bench.steps' workload), ``--workers`` (3) workers started first, then the starts; end
+  to end = first run created to last run finished (database clock). Classes: no limits
+  (``Free5``); ``concurrency = Limit(10_000)`` (one key); ``Limit(10_000, key=tenant)`` over
+  ``--tenants`` keys; ``Limit(10_000)`` on the class and ``Limit(10_000, name=...)`` on step 3;
+  ``Limit(64, key=tenant)`` (a small capacity no tenant reaches). Inline continuation on (as
+  shipped) and off (``PGBUS_INLINE_STEPS=0``), ``--repeat`` times, the classes' order turned
+  each repeat. Also: jobs per step (RQ's counts), slot rows left, runs put in line
+  (``slot_waiting`` events: 0 when nothing binds). Target: within 10%.
+* ``tenants``: ``--runs`` runs (10,000) over ``--tenants`` tenants (100), 2 steps that sleep
+  5-20 ms each, ``TenantFree`` beside ``TenantLimited`` (``Limit(2, key=tenant)``), the same
+  arguments; the runs shuffled, and the same runs in tenant blocks (each tenant's runs one
+  after the other: the limit binds for all but 2 of each tenant's), ``--tenants-order``. All
+  runs are started first, then ``--workers`` workers drain them (``--tenants-live``: started
+  while the workers run). Drain = first attempt started to last run finished; runs/s beside
+  the unlimited phase of the same order (``--grouped-baseline`` runs the unlimited class in
+  tenant blocks too; it is the same work); the most runs of one tenant holding a slot at once,
+  from the database (each run's first ``started_at`` to its last ``finished_at``: the slot is
+  the run's from its first claim until it finishes) and from the steps' own clocks (the span
+  of their code, inside the slot: no false positive from ``now()`` being a transaction's
+  start). Target: >= 80% of the unlimited rate; never more than 2.
 * ``hot``: one hot tenant's ``--hot-runs`` (5,000) runs started first, then ``--quiet-tenants``
   (99) x ``--quiet-runs`` (20) quiet runs in a shuffled order, workers already running; the
   phase ends when every quiet run has finished. Quiet runs' completion time (finished_at -
   created_at) p50/p95/max: quiet runs alone (limited class), hot + quiet with the limit, hot
   + quiet without it (what starvation looks like).
-* ``rate``: ``--rate-runs`` runs of one step under ``Rate(50, per=1 s, name="bench-api")``,
-  started first, then ``--workers`` workers; the most starts in any 1 s window (half-open,
-  from ``started_at``, which the rate stamps), starts/s from the first to the last start, the
-  fewest and most starts in each whole second; beside the same step without the rate.
+* ``rate``: ``--rate-runs`` (1,000) runs of one step under ``Rate(50, per=1 s, name=
+  "bench-api")``, started first, then the workers; the most starts in any 1 s window
+  (half-open, from ``started_at``, which the rate stamps), starts/s from the first to the last
+  start, the fewest and most starts in each whole second, the bursts (their count, size and
+  period); beside the same step without the rate.
 * ``chaos``: ``--chaos-runs`` (2,000) runs of 2 sleeping steps (step timeout 3 s, reattempts
-  with no backoff) over ``--chaos-tenants`` tenants, ``Limit(2, key=tenant)``, started
-  first; ``--workers`` workers with ``PGBUS_SWEEP_INTERVAL=1`` and ``PGBUS_STALL_THRESHOLD=2``;
-  every ``--kill-every`` seconds one worker (chosen at random, seeded) gets SIGKILL and a new
-  one is started, until every run is finished (or ``--chaos-seconds``; then ``--settle``
-  seconds more with no kill). Sampled every 0.5 s and at the end: slots leaked (a held slot
-  whose run is not ready/running, or whose step is not scheduled/in_progress; a run or step
-  flagged holds_slot without its slot), lines with a free slot and a waiter; at the end: runs
-  stuck (not finished, by status), attempts failed as stalled, sweep resends, the most runs
-  of one tenant at once (completed attempts; all attempts, a stalled one until the sweep
-  declared it; runs; the steps' clocks). Beside the same chaos without the limit.
+  with no backoff) over ``--chaos-tenants`` (5) tenants, ``Limit(2, key=tenant)``, started
+  first; the workers run with ``PGBUS_SWEEP_INTERVAL=1`` and ``PGBUS_STALL_THRESHOLD=2``
+  (``--chaos-inline-steps``: their ``PGBUS_INLINE_STEPS``); every ``--kill-every`` (2) seconds
+  one worker (chosen at random, seeded) gets SIGKILL and a new one is started, until every run
+  is finished (or ``--chaos-seconds``; then ``--settle`` seconds more with no kill). Sampled
+  every 0.5 s and at the end: slots leaked (a held slot whose run is not ready/running, or
+  whose step is not scheduled/in_progress; a run or step flagged holds_slot without its slot),
+  lines with a free slot and a waiter; at the end: runs stuck (not finished, by status),
+  attempts failed as stalled, sweep resends, the most runs of one tenant at once (completed
+  attempts; all attempts, a stalled one until the sweep declared it; runs; the steps' clocks).
+  Beside the same chaos without the limit.
 
-Figures are printed, never asserted. Databases are named ``pgbus_bench_flow_<pid>`` and dropped;
-the Redis database given is flushed (give it one nobody else uses); every process is killed.
+Each phase also prints the wall time spent inside the flow-control SQL functions per run
+(``pg_stat_user_functions``: the claims' take, the give-backs, the grants; lock waits inside
+them included) and the CPU per run of the workers, PostgreSQL's backends, Redis and this
+process (``bench.probes.CpuMeter``, not in chaos), with the cores other processes kept busy.
+
+The checkout and the Redis database may be shared: the engine's revision (HEAD, and a digest of
+``pgbus_flask/`` and ``worker/`` with their uncommitted changes) is printed, and a phase whose
+engine differs from the one the template was migrated at says so; a key of the benchmark's own
+in the Redis database tells when another client flushed it mid-phase (the queued jobs are lost),
+and that phase is run again (at most twice). Figures are printed, never asserted. Databases are
+named ``pgbus_bench_flow_<pid>`` (and ``_tpl_<pid>``) and dropped; the Redis database given is
+flushed (give it one nobody else uses); every process started is killed.
 """
 
 from __future__ import annotations
@@ -127,8 +143,9 @@ def loadavg() -> str:
 
 
 def revision() -> str:
-    """The engine measured: HEAD, and a digest of uncommitted changes to pgbus_flask/ and worker/ (the
-    checkout is shared: each phase compares it with the one the template database was migrated at)."""
+    """The engine measured: HEAD, the tree of pgbus_flask/ and worker/ in it, and a digest of their
+    uncommitted changes (the checkout is shared: each phase compares the engine's part with the one
+    the template database was migrated at; a commit of other files changes nothing)."""
     import hashlib
     import subprocess
 
@@ -141,9 +158,16 @@ def revision() -> str:
             return ""
 
     head = git("rev-parse", "--short", "HEAD").strip() or "unknown"
+    tree = git("rev-parse", "HEAD:pgbus_flask", "HEAD:worker").split()
     changes = git("diff", "HEAD", "--", "pgbus_flask", "worker") + git(
         "ls-files", "--others", "--exclude-standard", "--", "pgbus_flask", "worker")
-    return head + (f"+changes:{hashlib.sha1(changes.encode()).hexdigest()[:8]}" if changes.strip() else "")
+    engine = hashlib.sha1((" ".join(tree) + changes).encode()).hexdigest()[:8]
+    return f"{head} (engine {engine}{', uncommitted changes' if changes.strip() else ''})"
+
+
+def engine_of(text: str) -> str:
+    """The engine part of a :func:`revision`."""
+    return text.partition(" ")[2]
 
 
 def load1() -> float:
@@ -213,7 +237,7 @@ class Bench:
         out = Phase(label, runs=len(starts))
         wall = time.monotonic()
         now_at = revision()
-        if now_at != self.revision:
+        if engine_of(now_at) != engine_of(self.revision):
             out.notes.append(f"the engine changed during this invocation: {self.revision} when it began (and"
                              f" migrated its template), {now_at} for this phase's workers")
         db = create_database(args.server_url, DB_NAME, template=TEMPLATE)
@@ -288,12 +312,10 @@ class Bench:
                 out.load = (out.load[0], load1())
                 procs.stop()
                 out.ended_at = time.time()
-                _read_back(poll, out)
-                if not chaos and (out.counts["resends"] or out.counts["late_steps"]):
+                _read_back(poll, out, explain_resends=not chaos)
+                if not chaos and out.counts["resends"]:
                     out.notes.insert(0, f"{out.counts['resent_steps']} steps were sent again by the sweep (their job"
-                                        f" was lost?); {out.counts['late_steps']} started more than 60 s after they"
-                                        f" were due (the longest {out.counts['max_wait'] or 0:.0f} s); worker logs:"
-                                        f" {self.logdir}/{tag}-*.log")
+                                        f" was lost); worker logs: {self.logdir}/{tag}-*.log")
         finally:
             engine.close()
             sentinel.close()
@@ -332,7 +354,7 @@ def _kill(proc: Any) -> None:
         proc.wait(10)
 
 
-def _read_back(conn: psycopg.Connection[Any], out: Phase) -> None:
+def _read_back(conn: psycopg.Connection[Any], out: Phase, explain_resends: bool = True) -> None:
     cols = ("workflow_id", "cls", "tenant", "status", "created", "finished")
     out.runs_rows = [dict(zip(cols, row, strict=True)) for row in conn.execute(
         "SELECT workflow_id, workflow_class, arguments->'kwargs'->>'tenant', status,"
@@ -364,14 +386,14 @@ def _read_back(conn: psycopg.Connection[Any], out: Phase) -> None:
         " max(extract(epoch FROM started_at - scheduled_at))::float8 FROM pgbus_workflow_steps").fetchone()
     assert late is not None
     out.counts.update(zip(("resent_steps", "resends", "late_steps", "max_wait"), late, strict=True))
-    if late[1] or late[2]:  # a step whose job was lost (or that waited a minute): what happened to it
+    if late[1] and explain_resends:  # a step whose job was lost: what happened to it
         for row in conn.execute(
                 "SELECT s.id, s.step_name, s.attempt, s.status, s.sends, s.resends, s.job_id,"
                 " extract(epoch FROM s.started_at - s.scheduled_at)::float8 AS waited,"
                 " (SELECT string_agg(e.event || '@' || to_char(e.created_at, 'HH24:MI:SS.MS')"
                 "   || coalesce(' ' || e.details::text, ''), ', ' ORDER BY e.id)"
                 "  FROM pgbus_workflow_events e WHERE e.workflow_id = s.workflow_id) AS events"
-                " FROM pgbus_workflow_steps s WHERE s.resends > 0 OR s.started_at - s.scheduled_at > interval '60 s'"
+                " FROM pgbus_workflow_steps s WHERE s.resends > 0"
                 " ORDER BY s.id LIMIT 3"):
             out.notes.append(f"late step {row}")
     dup = conn.execute("SELECT count(*) FROM (SELECT workflow_id, step_name FROM pgbus_workflow_steps"
@@ -514,35 +536,46 @@ def part_overhead(bench: Bench) -> dict[str, Any]:
                 figures.setdefault((label, inline), []).append(out)
     print(f"\n--- 1. limits declared, never binding: {args.overhead_runs} runs x 5 no-op steps, {args.workers}"
           f" workers, {args.repeat} repeat(s) ---")
-    print(f"{'what':<48}{'inline':>7}{'steps/s (each repeat)':>24}{'vs none':>9}{'jobs/step':>10}"
-          f"{'slot rows':>10}{'in line':>8}{'unfinished':>11}{'load':>11}")
+    print(f"{'what':<48}{'inline':>7}{'steps/s (each repeat)':>24}{'vs none':>9}{'CPU ms/step':>12}"
+          f"{'vs none':>9}{'jobs/step':>10}{'slot rows':>10}{'in line':>8}{'unfinished':>11}{'load':>11}")
     summary: dict[str, Any] = {}
+
+    def cpu_per_step(p: Phase) -> float:
+        parts = [p.cpu.get(k) for k in ("workers", "postgres", "redis")]
+        return sum(v for v in parts if v is not None) * 1000 / (5 * p.finished) if p.cpu and p.finished else NAN
+
     for inline in (True, False):
         base = figures[(classes[0][0], inline)]
         base_rates = [5 * p.finished / p.seconds for p in base]
+        base_cpu = statistics.median(cpu_per_step(p) for p in base)
         for label, _cls in classes:
             phases = figures[(label, inline)]
             rates = [5 * p.finished / p.seconds for p in phases]
             ratios = [r / b for r, b in zip(rates, base_rates, strict=True)]
+            cpu = statistics.median(cpu_per_step(p) for p in phases)
             jobs = [p.jobs / (5 * p.finished) for p in phases if p.jobs and p.finished]
             print(f"{label:<48}{'on' if inline else 'off':>7}{' / '.join(fmt(r) for r in rates):>24}"
-                  f"{fmt(sorted(ratios)[len(ratios) // 2], '.2f') + 'x':>9}{fmt(max(jobs) if jobs else NAN, '.2f'):>10}"
+                  f"{fmt(statistics.median(ratios), '.2f') + 'x':>9}{fmt(cpu, '.2f'):>12}"
+                  f"{fmt(cpu / base_cpu, '.2f') + 'x':>9}{fmt(max(jobs) if jobs else NAN, '.2f'):>10}"
                   f"{phases[-1].counts['slot_rows']:>10}{max(p.counts['in_line_events'] for p in phases):>8}"
                   f"{sum(p.runs - p.finished for p in phases):>11}"
                   f"{fmt(phases[0].load[0], '.1f') + '-' + fmt(phases[-1].load[1], '.1f'):>11}")
             for p in phases:
                 for note in p.notes:
                     print(f"  ! {p.label}: {note}")
-            summary[f"{label}, inline {'on' if inline else 'off'}"] = {"steps_per_s": rates, "vs_none": ratios}
+            summary[f"{label}, inline {'on' if inline else 'off'}"] = {
+                "steps_per_s": rates, "vs_none": ratios, "cpu_ms_per_step": cpu, "cpu_vs_none": cpu / base_cpu}
     for inline in (True, False):
         for label, _cls in classes:
             last = figures[(label, inline)][-1]
             flow = f"{flow_ms(last)}; " if label != classes[0][0] else ""
             print(f"  {label}, inline {'on' if inline else 'off'}: {flow}{cpu_text(last, 5 * last.finished, 'step')}")
     print("  vs none: the median of each repeat's ratio to 'no limits' with the same inline setting (target:"
-          " 0.90x or more); slot rows: pgbus_limit_slots rows the phase created; in line: runs put in line"
-          " (slot_waiting events, 0 when nothing binds); load: 1-minute load average at the first phase's"
-          " start and the last one's end.")
+          " 0.90x or more); CPU ms/step: the workers', PostgreSQL's backends' and Redis's CPU per step (median of"
+          " the repeats), less disturbed by other processes than steps/s, and its ratio to 'no limits'"
+          " (the breakdown of the last repeat below); slot rows: pgbus_limit_slots rows left at the end; in"
+          " line: runs put in line (slot_waiting events, 0 when nothing binds); load: 1-minute load average at"
+          " the first phase's start and the last one's end.")
     return summary
 
 
@@ -563,10 +596,14 @@ def part_tenants(bench: Bench) -> dict[str, Any]:
                              ("Limit(2, key=tenant)", "TenantLimited", shuffled),
                              ("no limit, tenant blocks", "TenantFree", grouped),
                              ("Limit(2), tenant blocks", "TenantLimited", grouped)):
-        if "blocks" in label and "no limit" in label and not args.grouped_baseline:
+        blocks = "blocks" in label
+        if (blocks and "no limit" in label and not (args.grouped_baseline or args.tenants_order == "blocks")) \
+                or (args.tenants_order == "blocks" and not blocks) or (args.tenants_order == "shuffled" and blocks):
             continue
-        log(f"tenants: {label}, {args.runs} runs over {args.tenants} tenants, {args.workers} workers")
-        out = bench.phase(label, [(cls, kw) for _, kw in plan], workers=args.workers, prefill=True)
+        log(f"tenants: {label}, {args.runs} runs over {args.tenants} tenants, {args.workers} workers"
+            f"{', started while they run' if args.tenants_live else ''}")
+        out = bench.phase(label, [(cls, kw) for _, kw in plan], workers=args.workers,
+                          prefill=not args.tenants_live)
         out.seconds = drain(out)
         results.append(out)
     def rate_of(out: Phase) -> float:
@@ -575,8 +612,11 @@ def part_tenants(bench: Bench) -> dict[str, Any]:
     # Each limited phase beside the unlimited one of the same order (shuffled, unless the tenant-block
     # baseline ran).
     baselines = {("blocks" in out.label): rate_of(out) for out in results if "no limit" in out.label}
-    print(f"\n--- 2. {args.runs} runs over {args.tenants} tenants, 2 steps of 5-20 ms, started first (shuffled, or in"
-          f" tenant blocks), then {args.workers} workers ---")
+    baselines.setdefault(False, baselines.get(True, NAN))
+    when = (f"started while {args.workers} workers run them" if args.tenants_live
+            else f"started first, then {args.workers} workers")
+    print(f"\n--- 2. {args.runs} runs over {args.tenants} tenants, 2 steps of 5-20 ms, shuffled or in tenant blocks,"
+          f" {when} ---")
     print(f"{'what':<26}{'finished':>9}{'drain s':>9}{'runs/s':>8}{'vs none':>9}{'in line':>9}{'granted':>9}"
           f"{'jobs/run':>9}   most runs of a tenant at once: database / steps' clocks{'':>4}load")
     summary: dict[str, Any] = {}
@@ -783,6 +823,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="overhead: repeats, the order of the classes turned each time (1)")
     parser.add_argument("--grouped-baseline", action="store_true",
                         help="tenants: also run the unlimited class in tenant blocks (the same work as shuffled)")
+    parser.add_argument("--tenants-order", choices=("both", "shuffled", "blocks"), default="both",
+                        help="tenants: the runs shuffled, in tenant blocks, or both (both)")
+    parser.add_argument("--tenants-live", action="store_true",
+                        help="tenants: start the runs while the workers run (default: all started first)")
     parser.add_argument("--hot-runs", type=positive, help="hot: the hot tenant's runs (5000; quick 200)")
     parser.add_argument("--quiet-tenants", type=positive, help="hot: quiet tenants (99; quick 10)")
     parser.add_argument("--quiet-runs", type=positive, help="hot: runs per quiet tenant (20; quick 10)")
@@ -806,8 +850,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM: stop the workers and drop the databases on the way out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
     parts = args.only or list(PARTS)
     logdir = tempfile.mkdtemp(prefix="pgbus-bench-flow-")
     began = datetime.now().astimezone()
