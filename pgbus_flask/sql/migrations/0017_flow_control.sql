@@ -259,6 +259,7 @@ BEGIN
      WHERE id = p_step;
     UPDATE pgbus_workflows SET status = 'waiting', updated_at = now(), holds_slot = false
      WHERE workflow_id = p_run AND status = 'ready';
+    PERFORM pgbus_workflow_attention(p_run);  -- in line: waiting since now (the event's refresh agrees)
     -- a slot left free (a capacity raised): the first in line takes it, this attempt maybe
     PERFORM pgbus_grant_slots(p_names[busy], p_keys[busy]);
     RETURN ARRAY[p_names[busy], p_keys[busy]];
@@ -344,6 +345,7 @@ BEGIN
      WHERE id = p_step;
     UPDATE pgbus_workflows SET status = 'waiting', updated_at = now(), holds_slot = false
      WHERE workflow_id = p_run AND status = 'ready';
+    PERFORM pgbus_workflow_attention(p_run);
     -- wake when as many starts have left the window as there are waiters (at most capacity)
     SELECT count(*) INTO waiters FROM pgbus_workflow_steps WHERE blocked_on = p_name AND blocked_key IS NULL
        AND status = 'scheduled';
