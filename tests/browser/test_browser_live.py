@@ -340,6 +340,7 @@ def test_hostile_text_arriving_by_refresh_shows_literally_and_never_runs(app: Fl
 
 
 def test_a_language_chosen_in_another_tab_reloads_this_one_unless_text_is_typed(app: Flask, live: Browsing) -> None:
+    from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import expect
 
     page, _ = live.page()
@@ -356,8 +357,12 @@ def test_a_language_chosen_in_another_tab_reloads_this_one_unless_text_is_typed(
     cycles(page, 2)  # German answers: nothing swapped into the English page, nothing typed lost
     expect(page.locator("html")).to_have_attribute("lang", "en")
     expect(by_testid(page, "filter-text")).to_have_value("Order 12")
-    by_testid(page, "filter-text").fill("")
-    page.evaluate("document.activeElement.blur()")
+    by_testid(page, "filter-text").fill("")  # nothing typed now: the next answer reloads the page
+    try:  # (a refresh in flight may reload it before the blur: the page then has no focus to leave)
+        page.evaluate("document.activeElement.blur()")
+    except PlaywrightError as error:
+        if "Execution context was destroyed" not in str(error):
+            raise
     expect(page.locator("html")).to_have_attribute("lang", "de", timeout=SOON)  # reloaded, in German
     expect(by_testid(page, "live-toggle")).to_be_checked()
     live.assert_no_errors()
