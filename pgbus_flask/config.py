@@ -104,6 +104,19 @@ KEYS: tuple[Key, ...] = (
     Key("PGBUS_MCP_WRITE", False,
         "let `flask pgbus mcp` offer the write tools (verbs, signals, bulk verbs); read tools only when false",
         "bool"),
+    Key("PGBUS_WEBHOOKS", (),
+        "webhook targets told when runs need a person: a list of dicts with url, secret (whsec_...), events,"
+        " optional classes and format ('standard' or 'slack'); see docs/notifications.md", "webhooks"),
+    Key("PGBUS_DASHBOARD_URL", None,
+        "the dashboard's absolute URL (https://ops.example.com/pgbus), for the links webhook messages carry"
+        " (None: messages carry none)", "opt_url"),
+    Key("PGBUS_NOTIFY_INTERVAL", timedelta(minutes=15),
+        "at most one message per attention group and webhook target in this time (a digest of what came since)",
+        "duration"),
+    Key("PGBUS_ERROR_REPORTER", None,
+        "callable(exception, context dict) told of every failure pgbus handles by itself (a failed enqueue after"
+        " commit, a sweep that raised, a signal receiver that raised, a delivery given up); Sentry is told too"
+        " when sentry_sdk is initialised", "opt_callable"),
     Key("PGBUS_MCP_TOKEN", None,
         "bearer token every request to `flask pgbus mcp --http` must send (32+ characters); needed to serve it"
         " beyond loopback", "secret"),
@@ -146,6 +159,11 @@ class Settings:
     dashboard_hosts: tuple[str, ...] = field(default=())
     max_pending_signals: int = 1_000
     database_pooler: str = "session"
+    #: PGBUS_WEBHOOKS, checked (pgbus_flask.notify.Target)
+    webhooks: tuple[Any, ...] = field(default=())
+    notify_interval: timedelta = timedelta(minutes=15)
+    dashboard_url: str | None = None
+    error_reporter: Callable[..., Any] | None = None
     #: How long the sweep keeps finished and cancelled runs (None: forever), PGBUS_RETENTION where not set.
     retention_finished: timedelta | None = timedelta(days=30)
     retention_cancelled: timedelta | None = timedelta(days=30)
@@ -196,6 +214,10 @@ class Settings:
             dashboard_hosts=parsed["PGBUS_DASHBOARD_HOSTS"],
             max_pending_signals=parsed["PGBUS_MAX_PENDING_SIGNALS"],
             database_pooler=parsed["PGBUS_DATABASE_POOLER"],
+            webhooks=parsed["PGBUS_WEBHOOKS"],
+            notify_interval=parsed["PGBUS_NOTIFY_INTERVAL"],
+            dashboard_url=parsed["PGBUS_DASHBOARD_URL"],
+            error_reporter=parsed["PGBUS_ERROR_REPORTER"],
         )
 
     @classmethod
@@ -629,7 +651,24 @@ def _pooler(name: str, value: Any) -> str:
     return chosen
 
 
+def _opt_url(name: str, value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    parts = urlsplit(value) if isinstance(value, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(name, f"must be an absolute http:// or https:// URL, got {value!r}")
+    return str(value).rstrip("/")
+
+
+def _webhooks(name: str, value: Any) -> tuple[Any, ...]:
+    from .notify.targets import parse_targets  # the targets' own checks live beside their use
+
+    return parse_targets(name, value)
+
+
 PARSERS: dict[str, Callable[[str, Any], Any]] = {
+    "webhooks": _webhooks,
+    "opt_url": _opt_url,
     "pg_url": _pg_url,
     "redis_url": _redis_url,
     "name": _name,

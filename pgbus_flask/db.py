@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg import pq, sql
@@ -146,6 +146,9 @@ class Transaction:
             if rows:
                 self._flushers[kind](self.conn, rows)
         self.buffered.clear()
+        hook = self.database.notice_hook
+        if hook is not None and hook.wanted():  # after every write: the notices its triggers left
+            _read_notices(self, hook)
 
     def after_commit(self, callback: Callable[[], Any]) -> None:
         """Run ``callback`` once the outermost transaction commits; never if this block rolls back."""
@@ -185,6 +188,31 @@ def _read_woken(conn: psycopg.Connection[Any], senders: list[Callable[[list[int]
             senders[0](woken)
 
     tx.after_commit(send)
+
+
+class NoticeHook(Protocol):
+    """What reads a transaction's notices (pgbus_flask.notify.NoticeHook)."""
+
+    def wanted(self) -> bool: ...
+
+    def committed(self, notices: list[dict[str, Any]]) -> None: ...
+
+
+def _read_notices(tx: Transaction, hook: NoticeHook) -> None:
+    """Read the notices the triggers of migration 0019 left in the setting ``pgbus.notices`` (the read
+    travels with the COMMIT in a pipelined block) and hand them to ``hook`` once committed."""
+    from .signals import parse
+
+    cursor = tx.conn.cursor()
+    cursor.execute("SELECT current_setting('pgbus.notices', true)", prepare=AFTER_A_FAILURE)
+
+    def committed() -> None:
+        row = cursor.fetchone()
+        notices = parse(row[0] if row else None)
+        if notices:
+            hook.committed(notices)
+
+    tx.after_commit(committed)
 
 
 def run(target: Transaction | psycopg.Connection[Any], name: str | sql.Composable, params: Any = None,
@@ -373,6 +401,8 @@ class Database:
         self._pool: Pool | None = None
         self._pid = 0
         self._lock = threading.Lock()
+        #: Asked at each outermost COMMIT whether to read the transaction's notices (pgbus_flask.notify).
+        self.notice_hook: NoticeHook | None = None
         _DATABASES.add(self)
 
     @property

@@ -31,6 +31,7 @@ TABLES = (
     "pgbus_batch_children", "pgbus_batches", "pgbus_workflow_signals", "pgbus_workflow_events",
     "pgbus_workflow_steps", "pgbus_workflows", "pgbus_run_counts", "pgbus_insight_deltas", "pgbus_insights",
     "pgbus_schedule_events", "pgbus_schedules",
+    "pgbus_notices", "pgbus_notify_groups", "pgbus_notify_targets", "pgbus_deliveries",
 )
 
 
