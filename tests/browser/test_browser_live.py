@@ -34,7 +34,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.settings(PGBUS_LIVE_REFRESH=1)]
 SOON = 10_000  # ms: a handful of 1-second refresh cycles, with room for a slow machine
 QUIET = 2_500  # ms without a live request: 2.5 refresh intervals
 # Chromium logs a failed request as a console error itself; the page's own code logs nothing.
-NETWORK_LOG = ("net::ERR_CONNECTION_REFUSED", "status of 503")
+# What the browser logs while the test's server is stopped: a refused connection, or one the stopping
+# server reset under a request already in flight; and the 503 the test answers on purpose.
+NETWORK_LOG = ("net::ERR_CONNECTION_REFUSED", "net::ERR_CONNECTION_RESET", "status of 503")
 HIDE = """() => {
   Object.defineProperty(document, "visibilityState", {configurable: true, get: () => "hidden"});
   document.dispatchEvent(new Event("visibilitychange"));
@@ -172,6 +174,36 @@ def test_a_run_page_follows_the_run_to_its_end_without_a_reload(app: Flask, live
     assert table.evaluate("(el) => el.scrollLeft") == 150, "and still scrolled to the same columns"
     assert page.evaluate("window.__sameDocument") is True, "updated in place, not reloaded"
     assert csp_seen and page.evaluate("window.__blocked") == [], "nothing the policy blocks"
+    live.assert_no_errors()
+
+
+def test_the_insights_page_follows_the_runs_without_a_reload_or_a_sweep(app: Flask, live: Browsing) -> None:
+    """What an operator watching a class's insights sees: runs that end show up in the cards, the steps'
+    failure rates and the class's attention groups within a few refreshes, with no sweep in between."""
+    from playwright.sync_api import expect
+
+    with app.app_context():
+        FailsUntil.start(fail_until=9)
+        work(engine_of(app))
+    page, _ = live.page()
+    page.goto("/pgbus/classes/FailsUntil/insights?window=1h")
+    started = by_testid(page, "insight-started").locator(".card-number")
+    rate = page.locator('[data-testid="insight-step"][data-step="capture"] [data-testid="failure-rate"]')
+    group = page.locator('[data-testid="insight-group"][data-reason="paused_error"] [data-testid="group-runs-link"]')
+    expect(started).to_have_text("1")
+    expect(rate).to_have_text("100%")
+    expect(group).to_have_text("Show the run")
+    page.evaluate("window.__sameDocument = true")
+
+    with app.app_context():
+        FailsUntil.start(fail_until=0)  # captures at once
+        FailsUntil.start(fail_until=9)  # pauses on TimeoutError like the first
+    drain(app)
+    expect(started).to_have_text("3", timeout=SOON)
+    expect(rate).to_have_text("66.7%")
+    expect(group).to_have_text("Show the 2 runs")
+    expect(by_testid(page, "insight-failed").locator(".card-number")).to_have_text("2")
+    assert page.evaluate("window.__sameDocument") is True, "updated in place, not reloaded"
     live.assert_no_errors()
 
 
