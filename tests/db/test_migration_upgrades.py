@@ -92,6 +92,17 @@ def enums(conn: psycopg.Connection[Any], table: str) -> dict[str, list[str]]:
     return found
 
 
+def left_null(conn: psycopg.Connection[Any], table: str) -> set[str]:
+    """The columns a ``CHECK (a IS NULL OR b IS NULL)`` of ``table`` keeps NULL beside ``a`` (its ``b``s)."""
+    found = set()
+    for (definition,) in query(conn, "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+                                     " WHERE contype = 'c' AND conrelid = %s::regclass", table):
+        match = re.fullmatch(r"CHECK \(\(\(\w+ IS NULL\) OR \((\w+) IS NULL\)\)\)", definition)
+        if match:
+            found.add(match[1])
+    return found
+
+
 def foreign_keys(conn: psycopg.Connection[Any], table: str) -> dict[str, tuple[str, str]]:
     """``{column: (parent table, parent column)}`` for the single-column foreign keys of ``table``."""
     rows = query(conn, "SELECT a.attname, c.confrelid::regclass::text, pa.attname FROM pg_constraint c"
@@ -125,11 +136,16 @@ def value(column: dict[str, Any], i: int) -> Any:
     raise AssertionError(f"no seed value for {name} of type {kind}: add it to value()")
 
 
+#: The tables whose rows only triggers write, from the other tables' rows. (Flow control's triggers,
+#: 0017, also write runs, steps, events and slots: tables the seed fills itself.)
+DERIVED = {"pgbus_run_counts", "pgbus_insight_deltas"}
+
+
 def trigger_targets(conn: psycopg.Connection[Any]) -> set[str]:
-    """The tables the schema's trigger functions write (the run counts, the insight deltas)."""
+    """The tables of DERIVED the schema's trigger functions write (the run counts, the insight deltas)."""
     bodies = [r[0] for r in query(conn, "SELECT p.prosrc FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid"
                                         " WHERE NOT t.tgisinternal")]
-    return {m for body in bodies for m in re.findall(r"(?:INSERT INTO|UPDATE)\s+(pgbus_\w+)", body, re.I)}
+    return {m for body in bodies for m in re.findall(r"(?:INSERT INTO|UPDATE)\s+(pgbus_\w+)", body, re.I)} & DERIVED
 
 
 def seed(conn: psycopg.Connection[Any]) -> tuple[list[str], list[str]]:
@@ -145,6 +161,7 @@ def seed(conn: psycopg.Connection[Any]) -> tuple[list[str], list[str]]:
         if "event" in {c["name"] for c in columns(conn, table)}:
             allowed.setdefault("event", EVENTS)
         fks = foreign_keys(conn, table)
+        exclusive = left_null(conn, table)
         parents = {col: [r[0] for r in query(conn, f"SELECT {pcol} FROM {parent} ORDER BY 1")]
                    for col, (parent, pcol) in fks.items()}
         spread = next((name for name in allowed if name in ("status", "kind", "event")), next(iter(allowed), None))
@@ -155,7 +172,7 @@ def seed(conn: psycopg.Connection[Any]) -> tuple[list[str], list[str]]:
                 names, values = [], []
                 for column in columns(conn, table):
                     name = column["name"]
-                    if column["serial"] or (column["nullable"] and not fill_nullable):
+                    if column["serial"] or (column["nullable"] and not fill_nullable) or name in exclusive:
                         continue
                     if column["has_default"] and not fill_nullable:
                         continue
