@@ -25,7 +25,7 @@ from redis.sentinel import Sentinel, SentinelConnectionPool
 from rq import Queue
 from rq.job import Job, JobStatus
 
-from . import flow, states
+from . import flow, reporting, states
 from .config import REDIS_SOCKET_TIMEOUT, SentinelURL, Settings, is_sentinel_url, sentinel_url
 from .db import Database
 from .definition import registry
@@ -161,7 +161,8 @@ class Engine:
                 for job in jobs:
                     self._enqueue_step(pipe, job, now)
                 pipe.execute()
-        except Exception:
+        except Exception as exc:
+            reporting.report(exc, "enqueue", engine=self, **_shared_by(jobs))
             log.exception("pgbus: step %s could not be enqueued on %s; the sweep will resend it",
                           ", ".join(str(job.step_id) for job in jobs),
                           ", ".join(sorted({repr(job.queue) for job in jobs})))
@@ -191,7 +192,8 @@ class Engine:
         try:
             self.queue(queue).enqueue_at(whole_second_after(at), RATE_JOB, name, job_id=job_id, result_ttl=0,
                                          failure_ttl=FAILURE_TTL, description=f"wake rate {name}")
-        except Exception:
+        except Exception as exc:
+            reporting.report(exc, "enqueue", engine=self)
             log.exception("pgbus: the wake-up of rate %r could not be enqueued; the sweep will send it", name)
 
     def send_children(self, batch_id: int, queue: str, children: Iterable[tuple[int, str]]) -> None:
@@ -208,7 +210,8 @@ class Engine:
                                        failure_ttl=FAILURE_TTL, timeout=int(self.settings.step_timeout.total_seconds()),
                                        description=f"pgbus batch {batch_id} child {position}", pipeline=pipe)
                 pipe.execute()
-        except Exception:
+        except Exception as exc:
+            reporting.report(exc, "enqueue", engine=self)
             log.exception("pgbus: children of batch %s could not be enqueued; the sweep will resend them", batch_id)
 
 
@@ -230,6 +233,20 @@ class StepJob:
     timeout: timedelta
     description: str
     replaces: str | None = None
+    #: The step's run, class, name and attempt (what an error report of its send is tagged with).
+    workflow_id: Any = None
+    workflow_class: str | None = None
+    step_name: str | None = None
+    attempt: int | None = None
+
+
+def _shared_by(jobs: Sequence[StepJob]) -> dict[str, Any]:
+    """The run, class, step and attempt of the jobs, each where they all have the same one (else None)."""
+    first = jobs[0]
+    return {name: value if all(getattr(job, attr) == value for job in jobs) else None
+            for name, attr, value in (("run_id", "workflow_id", first.workflow_id),
+                                      ("workflow_class", "workflow_class", first.workflow_class),
+                                      ("step", "step_name", first.step_name), ("attempt", "attempt", first.attempt))}
 
 
 def resolve_engine(bus: Any = None) -> Engine:

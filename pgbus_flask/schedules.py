@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
-from . import db, payload, runner, states
+from . import db, payload, reporting, runner, states
 from .db import Transaction
 from .definition import registry
 from .errors import KeyBusy, ScheduleConflict, UnknownSchedule
@@ -345,6 +345,7 @@ def start_due(engine: Engine, *, errors: list[str] | None = None) -> int:
                 if not more:
                     break
         except Exception as exc:
+            reporting.report(exc, "sweep", engine=engine, workflow_class=name)
             log.exception("pgbus sweep: the schedule of %s could not start its tick", name)
             if errors is not None:
                 errors.append(f"schedule {name}: {exc}")

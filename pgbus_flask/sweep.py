@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from . import attention, db, insights, metrics, runner, schedules
+from . import attention, db, insights, metrics, reporting, runner, schedules
 from .definition import registry
 from .engine import Engine
 from .errors import ChildLost
@@ -104,6 +104,7 @@ def sweep(engine: Engine) -> SweepReport:
                 try:
                     part(engine, report)
                 except Exception as exc:  # one part failing must not stop the others
+                    reporting.report(exc, "sweep", engine=engine)
                     log.exception("pgbus sweep: %s failed", part.__name__)
                     report.errors.append(f"{part.__name__}: {exc}")
                     metrics.sweep_error(part.__name__.lstrip("_"))
@@ -294,7 +295,8 @@ class SweepThread(threading.Thread):
                 report = sweep(self.engine)
                 if report.total():
                     log.info("pgbus sweep: %s", report)
-            except Exception:  # PostgreSQL down: try again next interval
+            except Exception as exc:  # PostgreSQL down: try again next interval
+                reporting.report(exc, "sweep", engine=self.engine)
                 log.exception("pgbus sweep failed; retrying in %ss", interval)
 
     def stop(self) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .. import db, messages, metrics, orm, payload, states
+from .. import db, messages, metrics, orm, payload, reporting, states
 from ..db import Transaction
 from ..definition import (
     ChildStart,
@@ -287,7 +287,7 @@ def _settle_wait_until(engine: Engine, due: WaitUntilDue, job_id: str | None) ->
     if isinstance(claim, WaitUntilDue):  # cannot happen: evaluated claims
         return None
     if claim is not None and error is not None:
-        return _record_with_retry(engine, claim, error=error)
+        return _record_raised(engine, claim, error)
     return claim
 
 
@@ -306,14 +306,29 @@ def run_claimed(engine: Engine, claim: Claim, job_id: str | None, budget: Budget
     except Exception as exc:  # the step's own failure: its error policy decides
         outcome = {"error": exc}
     claim.ran = time.perf_counter() - began
+    if "error" in outcome:
+        return _record_raised(engine, claim, outcome["error"])
     return _record_with_retry(engine, claim, **outcome)
 
 
-class _RolledBack(Exception):
-    """A transactional step's transaction is rolled back; its outcome is recorded on its own."""
+def _record_raised(engine: Engine, claim: Claim, exc: Exception) -> Claim | None:
+    """Record the attempt whose code raised ``exc`` as failed with it, then report ``exc``
+    (:mod:`pgbus_flask.reporting`, ``where="step"``): after the outcome, so that a slow reporter
+    holds up no run."""
+    nxt = _record_with_retry(engine, claim, error=exc)
+    reporting.report(exc, "step", engine=engine, run_id=claim.run["workflow_id"],
+                     workflow_class=claim.run["workflow_class"], step=claim.step["step_name"],
+                     attempt=claim.step["attempt"])
+    return nxt
 
-    def __init__(self, **outcome: Any) -> None:
+
+class _RolledBack(Exception):
+    """A transactional step's transaction is rolled back; its outcome is recorded on its own.
+    ``raised``: the exception of the step's own code (or its ORM flush) that rolled it back."""
+
+    def __init__(self, raised: Exception | None = None, **outcome: Any) -> None:
         super().__init__("rolled back")
+        self.raised = raised
         self.outcome = outcome
 
 
@@ -339,7 +354,7 @@ def _run_transactional(engine: Engine, claim: Claim, job_id: str | None, budget:
                 raise _RolledBack(request=request) from None
             except Exception as exc:
                 claim.ran = time.perf_counter() - began
-                raise _RolledBack(error=exc) from None
+                raise _RolledBack(exc, error=exc) from None
             claim.ran = time.perf_counter() - began
             output, error = _output(claim, result, None, None)
             if error is not None:
@@ -353,6 +368,8 @@ def _run_transactional(engine: Engine, claim: Claim, job_id: str | None, budget:
             return _apply(engine, tx, claim, run, output=output, result=result, error=None, request=None,
                           budget=budget, job_id=job_id, sleep=context.sleep_request)
     except _RolledBack as rolled_back:
+        if rolled_back.raised is not None:
+            return _record_raised(engine, claim, rolled_back.raised)
         return _record_with_retry(engine, claim, **rolled_back.outcome)
     except DatabaseError as exc:  # PostgreSQL refused the commit (a deferred constraint, a conflict)
         return _record_with_retry(engine, claim, error=exc)

@@ -66,7 +66,8 @@ def step_job(engine: Engine, klass: type[Workflow] | None, step: Row, replaces: 
     queue, timeout = route(engine, klass, step["step_name"], step.get("run_priority") if priority is None else priority)
     description = f"{step['workflow_class']}.{step['step_name']} #{step['attempt']} (run {step['workflow_id']})"
     return StepJob(step["id"], step["job_id"], queue, step["scheduled_at"], timeout, description,
-                   replaces=replaces if replaces != step["job_id"] else None)
+                   replaces=replaces if replaces != step["job_id"] else None, workflow_id=step["workflow_id"],
+                   workflow_class=step["workflow_class"], step_name=step["step_name"], attempt=step["attempt"])
 
 
 def send(engine: Engine, klass: type[Workflow] | None, step: Row, priority: int | None = None) -> None:

@@ -29,7 +29,9 @@ WORKER = Path(pgbus_flask.worker.__file__).parent
 #: layer below; within a package (runner, web, mcp_server, worker) its own order is checked separately.
 LAYERS: list[set[str]] = [
     {"messages", "sql"},  # the engine's own messages as codes, the named statements: import nothing of pgbus
-    {"errors", "states", "metrics"},  # metrics: prometheus_client's counters, no pgbus import
+    # metrics: prometheus_client's counters, no pgbus import; reporting and tracing: Sentry and
+    # PGBUS_ERROR_REPORTER, OpenTelemetry spans, which every layer above may report to or trace in
+    {"errors", "states", "metrics", "reporting", "tracing"},
     {"config", "payload", "verbs", "filters"},  # verbs: the verb table the doors build on; filters: composed SQL
     # db: the pool, transactions, and the one helper that runs the named statements; flow: Limit, Rate
     # and the priority bands a workflow declares
@@ -66,6 +68,7 @@ ALLOWED_LATE = {
     ("extension", "sweep"): "the sweep thread starts only when the app asks for it",
     ("extension", "migrate"): "migrate runs only when asked",
     ("demo", "sweep"): "the demo runs the sweep once while seeding",
+    ("reporting", "engine"): "report() given no engine finds the process default's PGBUS_ERROR_REPORTER when it runs",
     ("cli", "mcp_server"): "the MCP server (and the optional mcp package) loads only when `flask pgbus mcp` runs",
 }
 
