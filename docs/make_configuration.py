@@ -74,6 +74,13 @@ GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      " `flask pgbus mcp` process wins over `app.config`, so an MCP client's configuration can set them. Serving"
      " beyond loopback also needs `--allow-remote` and `--allowed-host`. See [mcp.md](mcp.md).",
      ("PGBUS_MCP_WRITE", "PGBUS_MCP_TOKEN")),
+    ("Telling a person",
+     "Signals (`pgbus_flask.signals`) need no setting. Webhooks do: `PGBUS_WEBHOOKS` names the targets (a list of"
+     " dicts, JSON in the environment), `PGBUS_NOTIFY_INTERVAL` is the most a target hears about one attention"
+     " group, and `PGBUS_DASHBOARD_URL` gives their messages a link. Set them where the workers run: the pump and"
+     " the deliveries are RQ jobs. `PGBUS_ERROR_REPORTER` hears of every failure pgbus handles by itself. See"
+     " [notifications.md](notifications.md).",
+     ("PGBUS_WEBHOOKS", "PGBUS_NOTIFY_INTERVAL", "PGBUS_DASHBOARD_URL", "PGBUS_ERROR_REPORTER")),
 )
 
 HEADER = """\

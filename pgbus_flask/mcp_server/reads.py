@@ -223,7 +223,8 @@ INSIGHTS_OUT = obj({
     "bucket_seconds": INT, "started": INT, "finished": INT, "cancelled": INT, "failed": INT,
     "funnel": obj({"started": INT, "finished": INT, "cancelled": INT}),
     "steps": arr(obj({"step": STR, "now_by_status": ROW, "reached": INT, "completed_attempts": INT,
-                      "failed_attempts": INT, "p50_ms": nullable("number"), "p95_ms": nullable("number"),
+                      "failed_attempts": INT, "failure_rate": nullable("number"),
+                      "p50_ms": nullable("number"), "p95_ms": nullable("number"),
                       "max_ms": nullable("number"), "queue_p50_ms": nullable("number"),
                       "queue_p95_ms": nullable("number"), "stopped_here": INT,
                       "errors": arr(obj({"error_class": STR, "count": INT}))})),
@@ -292,6 +293,31 @@ LIMITS_OUT = obj({
 })
 
 
+def list_notifications(call: Call, args: dict[str, Any]) -> Reply:
+    data = shapes.notifications(call.engine, english())
+    targets, deliveries = data["targets"], data["deliveries"]
+    if not targets and not deliveries:
+        return data, "No webhook target is set (PGBUS_WEBHOOKS) and no message was sent in the last seven days."
+    by_status: dict[str, int] = {}
+    for delivery in deliveries:
+        by_status[delivery["status"]] = by_status.get(delivery["status"], 0) + 1
+    lines = [f"{len(targets)} webhook target{'' if len(targets) == 1 else 's'}; the newest {len(deliveries)} "
+             "deliveries: " + (", ".join(f"{n} {status}" for status, n in sorted(by_status.items())) or "none") + "."]
+    lines += [f"- {shown(t['name'], 64)} ({t['format']}) at {t['url']}: {', '.join(t['events'])}"
+              + (f" of {', '.join(shown(c, 80) for c in t['classes'])}" if t["classes"] else "") + "."
+              for t in targets]
+    return data, "\n".join(lines)
+
+
+NOTIFICATIONS_OUT = obj({
+    "targets": arr(obj({"name": STR, "url": {**STR, "description": "scheme and host only"},
+                        "format": {"enum": ["standard", "slack"]}, "events": arr(STR),
+                        "classes": {**nullable("array"), "description": "null: every class"}, "signed": BOOL})),
+    "deliveries": arr(ROW),
+    "interval": STR, "interval_seconds": {"type": "number"},
+})
+
+
 READ_TOOLS: tuple[Tool, ...] = (
     Tool("overview", "The whole picture in one call: how many runs each workflow class has in each status, how "
          "many ongoing runs are stuck for each reason, and the totals (ongoing, paused, needing attention). Use it "
@@ -337,8 +363,8 @@ READ_TOOLS: tuple[Tool, ...] = (
          title="Runs of an attention group"),
     Tool("class_insights", "How one workflow class performs over a window (1h, 24h, 7d or 30d; default 24h): runs "
          "started, finished and cancelled, failed attempts, the funnel of how far runs get, per-step run time and "
-         "queue wait percentiles (ms), failures by error class, and throughput per bucket. Figures are rolled up "
-         "by the sweep, so they trail by up to one sweep interval.",
+         "queue wait percentiles (ms) and failure rate (failed attempts / attempts that ended), failures by error "
+         "class, and throughput per bucket. A run counts the moment its transaction commits.",
          {"workflow_class": string("the workflow class (exact name)"),
           "window": {"enum": list(insights.WINDOWS), "default": insights.DEFAULT_WINDOW}},
          ("workflow_class",), INSIGHTS_OUT, class_insights, title="Insights of a class"),
@@ -352,4 +378,10 @@ READ_TOOLS: tuple[Tool, ...] = (
          "of its current window), how many runs wait in line for it, and its busiest keys (the five with the "
          "most in use and waiting). A run in line is `waiting`; show_run's sentence says which limit it waits for.",
          {}, (), LIMITS_OUT, list_limits, title="Limits"),
+    Tool("list_notifications", "Who is told when runs need a person: the webhook targets of PGBUS_WEBHOOKS (name, "
+         "the URL's scheme and host only, format standard or slack, the events each wants, its classes) and the "
+         "newest webhook deliveries with their status (pending: retrying, with the next try's time; sending; "
+         "delivered; failed: given up after a day), tries, the receiver's answer and the message's sentence. "
+         "At most one message per attention group and target per interval (interval_seconds).",
+         {}, (), NOTIFICATIONS_OUT, list_notifications, title="Notifications"),
 )

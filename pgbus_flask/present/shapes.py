@@ -241,3 +241,25 @@ def schedule(s: Schedule) -> dict[str, Any]:
 def insights(result: Insights) -> dict[str, Any]:
     """A class's insights over a window, as the JSON API and the MCP server show them."""
     return result.as_json()
+
+
+def notifications(engine: Engine, words: Words, limit: int = 50) -> dict[str, Any]:
+    """The webhook targets of ``PGBUS_WEBHOOKS`` (their URL's scheme and host only, never a secret) and the
+    newest deliveries (docs/notifications.md): what the Notifications page, the JSON API and MCP show."""
+    from .. import notify
+
+    targets = [{"name": t.name, "url": t.shown_url, "format": t.format, "events": list(t.events),
+                "classes": list(t.classes) if t.classes is not None else None, "signed": bool(t.secret)}
+               for t in engine.settings.webhooks]
+    deliveries = []
+    for row in notify.recent_deliveries(engine, limit):
+        body = row["payload"]
+        data = body.get("data", {}) if isinstance(body, dict) else {}
+        sentence = data.get("sentence") or (body.get("text") if isinstance(body, dict) else None)
+        deliveries.append({key: row[key] for key in ("id", "target", "event_type", "status", "attempts",
+                                                     "next_attempt_at", "response_status", "last_error",
+                                                     "requested_by", "created_at", "delivered_at", "webhook_id")}
+                          | {"response_body": (row["response_body"] or "")[:200] or None, "sentence": sentence})
+    return {"targets": targets, "deliveries": deliveries,
+            "interval": words.duration(engine.settings.notify_interval.total_seconds()),
+            "interval_seconds": engine.settings.notify_interval.total_seconds()}

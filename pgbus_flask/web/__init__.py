@@ -17,7 +17,7 @@ from flask import Blueprint
 from flask.blueprints import BlueprintSetupState
 
 from ..engine import Engine
-from . import api, embed, errors, hooks, insights, schedule_pages, security, views
+from . import api, embed, errors, hooks, insights, notification_pages, schedule_pages, security, views
 from . import metrics as scrape
 from .hooks import FRAME_HEADERS
 
@@ -47,6 +47,7 @@ def make_blueprint(engine: Engine) -> Blueprint:
     pages = views.register(bp, engine)
     insights.register(bp, engine, pages)  # before the API's catch-all rule
     schedule_pages.register(bp, engine, pages)
+    notification_pages.register(bp, engine, pages)
     embed.register(bp, engine)
     api.register(bp, engine, pages)
     scrape.register(bp, engine)

@@ -41,12 +41,13 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 status, delay = receiver.script.pop(0) if receiver.script else (200, 0.0)
                 if delay:
                     time.sleep(delay)
-                receiver.received.append({"headers": {k.lower(): v for k, v in self.headers.items()}, "body": body, "status": status})
+                headers = {name.lower(): value for name, value in self.headers.items()}
+                receiver.received.append({"headers": headers, "body": body, "status": status})
                 self.send_response(status)
                 self.end_headers()
                 self.wfile.write(b"ok" if status < 300 else b"receiver is down")
@@ -76,8 +77,8 @@ def receiver() -> Iterator[Receiver]:
 def hooked(pg_url: str, redis_url: str, receiver: Receiver, **extra: Any) -> Engine:
     target = {"name": "ops", "url": receiver.url, "secret": SECRET, "timeout": 1}
     target.update(extra.pop("target", {}))
-    settings = settings_for(pg_url, redis_url, PGBUS_WEBHOOKS=[target], PGBUS_DASHBOARD_URL="https://ops.example.com/pgbus",
-                            **extra)
+    settings = settings_for(pg_url, redis_url, PGBUS_WEBHOOKS=[target],
+                            PGBUS_DASHBOARD_URL="https://ops.example.com/pgbus", **extra)
     engine = Engine(Settings.load(settings)).make_default()
     notify.declare(engine)
     return engine
