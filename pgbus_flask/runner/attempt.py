@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .. import db, messages, metrics, orm, payload, reporting, states
+from .. import db, messages, metrics, orm, payload, reporting, states, tracing
 from ..db import Transaction
 from ..definition import (
     ChildStart,
@@ -287,12 +287,25 @@ def _settle_wait_until(engine: Engine, due: WaitUntilDue, job_id: str | None) ->
     if isinstance(claim, WaitUntilDue):  # cannot happen: evaluated claims
         return None
     if claim is not None and error is not None:
-        return _record_raised(engine, claim, error)
+        tracer = tracing.tracer()
+        if tracer is None:
+            return _record_raised(engine, claim, error)
+        with tracing.step_span(tracer, claim.run, claim.step):
+            return _record_raised(engine, claim, error)
     return claim
 
 
 def run_claimed(engine: Engine, claim: Claim, job_id: str | None, budget: Budget | None) -> Claim | None:
-    """Run one claimed attempt's code and record its outcome; the next claim if it continues inline."""
+    """Run one claimed attempt's code and record its outcome; the next claim if it continues inline.
+    When the app traces, in the attempt's consumer span (:mod:`pgbus_flask.tracing`)."""
+    tracer = tracing.tracer()
+    if tracer is None:
+        return _run_claimed(engine, claim, job_id, budget)
+    with tracing.step_span(tracer, claim.run, claim.step):
+        return _run_claimed(engine, claim, job_id, budget)
+
+
+def _run_claimed(engine: Engine, claim: Claim, job_id: str | None, budget: Budget | None) -> Claim | None:
     if claim.spec.transactional:
         return _run_transactional(engine, claim, job_id, budget)
     context = _context(engine, claim)
@@ -313,9 +326,10 @@ def run_claimed(engine: Engine, claim: Claim, job_id: str | None, budget: Budget
 
 def _record_raised(engine: Engine, claim: Claim, exc: Exception) -> Claim | None:
     """Record the attempt whose code raised ``exc`` as failed with it, then report ``exc``
-    (:mod:`pgbus_flask.reporting`, ``where="step"``): after the outcome, so that a slow reporter
-    holds up no run."""
+    (:mod:`pgbus_flask.reporting`, ``where="step"``) and mark the attempt's span failed: after the
+    outcome, so that a slow reporter holds up no run."""
     nxt = _record_with_retry(engine, claim, error=exc)
+    tracing.step_raised(exc)
     reporting.report(exc, "step", engine=engine, run_id=claim.run["workflow_id"],
                      workflow_class=claim.run["workflow_class"], step=claim.step["step_name"],
                      attempt=claim.step["attempt"])

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .. import db, flow, payload, states
+from .. import db, flow, payload, states, tracing
 from ..db import Transaction, current_transaction
 from ..errors import InvalidInput, KeyBusy, PgbusError, SubjectConflict
 from . import limits
@@ -55,7 +55,23 @@ def start(
     A second ongoing run of this class for the same subject raises
     :class:`SubjectConflict`. Arguments that cannot be stored raise
     :class:`ArgumentsNotSerializable` before anything is written.
+
+    When the app traces (:mod:`pgbus_flask.tracing`), all of it happens in a producer span whose
+    traceparent the run keeps, for its steps' spans to link to.
     """
+    tracer = tracing.tracer()
+    if tracer is None:
+        return _start(engine, klass, args, kwargs, subject, idempotency_key, actor, conn, parent, priority, None)
+    with tracing.start_span(tracer, klass.workflow_name, klass.steps[0].name if klass.steps else "") as span:
+        started = _start(engine, klass, args, kwargs, subject, idempotency_key, actor, conn, parent, priority,
+                         tracing.traceparent(span))
+        tracing.started(span, started.workflow_id)
+        return started
+
+
+def _start(engine: Engine, klass: type[Workflow], args: Sequence[Any], kwargs: dict[str, Any],
+           subject: tuple[str, Any] | None, idempotency_key: str | None, actor: str, conn: Any,
+           parent: tuple[Any, str] | None, priority: int | None, traceparent: str | None) -> Started:
     if not klass.steps:
         raise PgbusError(f"{klass.__name__} declares no steps")
     arguments = payload.to_json({"args": list(args), "kwargs": dict(kwargs)}, what="arguments")
@@ -67,6 +83,7 @@ def start(
     values = _start_values(klass, workflow_id, arguments, subject_type, subject_id, idempotency_key, actor, parent)
     values["priority"] = flow.checked_priority(priority, "priority")
     values["limit"], values["limit_key"] = _limit_of(engine, klass, workflow_id, args, kwargs, subject_type, subject_id)
+    values["traceparent"] = traceparent
     outer = current_transaction()
     busy_rule = klass.concurrency.on_busy if klass.concurrency is not None else "queue"
     if conn is None and (outer is None or outer.database is not engine.db) and busy_rule == "queue":

@@ -88,9 +88,10 @@ WITH ids AS (
     INSERT INTO pgbus_workflows (workflow_id, workflow_class, status, current_step, subject_type, subject_id,
                                  idempotency_key, definition_digest, arguments, started_by,
                                  attention_reason, attention_since, attention_step_id, parent_workflow_id,
-                                 parent_step_name, priority, limit_name, limit_key)
+                                 parent_step_name, priority, limit_name, limit_key, traceparent)
     SELECT %(wid)s, %(cls)s, 'ready', %(step)s, %(stype)s, %(sid)s, %(key)s, %(digest)s, %(args)s, %(actor)s,
-           'overdue', due, step_id, %(parent)s, %(parent_step)s, %(priority)s, %(limit)s, %(limit_key)s
+           'overdue', due, step_id, %(parent)s, %(parent_step)s, %(priority)s, %(limit)s, %(limit_key)s,
+           %(traceparent)s
     FROM ids
     ON CONFLICT (workflow_class, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING *

@@ -28,7 +28,9 @@ CREATE TABLE pgbus_workflows (
     attention_error_class text,
     -- A child run (migration 0009): its parent run and the parent's step that waits on it.
     parent_workflow_id    uuid,
-    parent_step_name      text
+    parent_step_name      text,
+    -- The W3C traceparent of start()'s producer span when the app traces (0018, pgbus_flask/tracing.py).
+    traceparent           text
 );
 CREATE UNIQUE INDEX pgbus_workflows_idempotency_key
     ON pgbus_workflows (workflow_class, idempotency_key) WHERE idempotency_key IS NOT NULL;
