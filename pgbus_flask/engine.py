@@ -84,6 +84,9 @@ class Engine:
         self.deliveries = 1
         # Where each part of the sweep stopped in this process, for the next sweep to go on from.
         self.sweep_cursors: dict[str, Any] = {}
+        from .notify import install  # signals and webhooks read each commit's notices (docs/notifications.md)
+
+        install(self)
 
     @property
     def redis(self) -> Redis:

@@ -75,6 +75,9 @@ class SweepReport:
     deleted_runs: int = 0
     counts_folded: int = 0
     insights_folded: int = 0
+    #: Runs newly seen past their threshold (notices), and webhook messages made or sent again.
+    announced: int = 0
+    deliveries: int = 0
     errors: list[str] = field(default_factory=list)
 
     def total(self) -> int:
@@ -238,6 +241,17 @@ def _flow(engine: Engine, report: SweepReport) -> None:
             report.rates_woken += runner.wake_rate(engine, name)
 
 
+def _notify(engine: Engine, report: SweepReport) -> None:
+    """Telling a person (docs/notifications.md): runs past their threshold announced (each a
+    run_needs_attention notice: the "absence" alert), webhook targets declared, the outbox pumped, lost
+    deliveries sent again, old ones forgotten."""
+    from . import notify  # above the sweep: its messages are said in words (present)
+
+    swept = notify.sweep_part(engine)
+    report.announced += swept.announced
+    report.deliveries += swept.deliveries + swept.resent
+
+
 def _retention(engine: Engine, report: SweepReport) -> None:
     """Finished runs older than PGBUS_RETENTION_FINISHED and cancelled ones older than
     PGBUS_RETENTION_CANCELLED (each PGBUS_RETENTION unless set; None keeps them): deleted, the oldest
@@ -276,7 +290,7 @@ def _fold_insights(engine: Engine, report: SweepReport) -> None:
 
 
 #: The parts, in the order one sweep runs them.
-PARTS = (_schedules, _stalled, _overdue, _expired_waits, _lost_children, _child_runs, _flow, _retention,
+PARTS = (_schedules, _stalled, _overdue, _expired_waits, _lost_children, _child_runs, _flow, _notify, _retention,
          _fold_counts, _fold_insights)
 
 

@@ -16,15 +16,15 @@ from ..engine import Engine
 from ..present import shapes
 from . import api, notices
 from .helpers import label
-from .i18n import clock_tag, ugettext, words
+from .i18n import C_, clock_tag, ugettext, words
 from .views import Pages, render
 
 #: A delivery's status as the page says it.
 STATUS_LABELS = {
-    "pending": ("delivery status", "Retrying"),
-    "sending": ("delivery status", "Sending"),
-    "delivered": ("delivery status", "Delivered"),
-    "failed": ("delivery status", "Failed"),
+    "pending": C_("delivery status", "Retrying"),
+    "sending": C_("delivery status", "Sending"),
+    "delivered": C_("delivery status", "Delivered"),
+    "failed": C_("delivery status", "Failed"),
 }
 
 

@@ -31,7 +31,8 @@ LAYERS: list[set[str]] = [
     {"messages", "sql"},  # the engine's own messages as codes, the named statements: import nothing of pgbus
     # metrics: prometheus_client's counters, no pgbus import; reporting and tracing: Sentry and
     # PGBUS_ERROR_REPORTER, OpenTelemetry spans, which every layer above may report to or trace in
-    {"errors", "states", "metrics", "reporting", "tracing"},
+    # signals: the blinker signals the host app connects to (blinker only)
+    {"errors", "states", "metrics", "reporting", "tracing", "signals"},
     {"config", "payload", "verbs", "filters"},  # verbs: the verb table the doors build on; filters: composed SQL
     # db: the pool, transactions, and the one helper that runs the named statements; flow: Limit, Rate
     # and the priority bands a workflow declares
@@ -43,6 +44,7 @@ LAYERS: list[set[str]] = [
     {"handle", "schedules"},
     {"workflow", "queries", "jobs", "sweep"},
     {"present"},  # what the doors say (sentences, badges, JSON shapes): no door imports another for it
+    {"notify"},  # webhooks: the pump and the deliveries, whose messages are said in words (present)
     {"extension", "cli", "web", "alembic", "worker", "rq_config"},  # rq_config: `rq worker -c` reads it
     {"mcp_server"},  # the MCP server: on present, like the JSON API and the CLI
     {"__init__"},
@@ -54,8 +56,9 @@ PACKAGE_ORDER: dict[str, list[str]] = {
     "runner": ["rows", "scheduling", "limits", "policy", "deadlines", "fanout", "start", "children", "inline",
                "attempt", "allowed", "signals", "verbs", "__init__"],
     "web": ["i18n", "presenter", "inputs", "messages", "live", "notices", "security", "helpers", "timeline",
-            "schedules", "embed", "metrics", "views", "api", "insights", "schedule_pages", "hooks", "errors",
-            "__init__"],
+            "schedules", "embed", "metrics", "views", "api", "insights", "schedule_pages", "notification_pages",
+            "hooks", "errors", "__init__"],
+    "notify": ["targets", "messages", "__init__", "jobs"],
     "mcp_server": ["base", "reads", "writes", "server", "__init__"],
     "worker": ["__init__", "runner", "cli"],
     "demo": ["workflows", "services", "shop", "seeding", "traffic", "cli", "__init__", "__main__"],
@@ -69,6 +72,10 @@ ALLOWED_LATE = {
     ("extension", "migrate"): "migrate runs only when asked",
     ("demo", "sweep"): "the demo runs the sweep once while seeding",
     ("reporting", "engine"): "report() given no engine finds the process default's PGBUS_ERROR_REPORTER when it runs",
+    ("config", "notify"): "PGBUS_WEBHOOKS's targets are checked by notify.targets, beside their use, when settings load",
+    ("engine", "notify"): "an engine gives its database the notice hook when made (signals and webhooks at commit)",
+    ("sweep", "notify"): "the sweep's notify part runs the pump, whose messages are said in words (present)",
+    ("present", "notify"): "the notifications' JSON shape reads the deliveries",
     ("cli", "mcp_server"): "the MCP server (and the optional mcp package) loads only when `flask pgbus mcp` runs",
 }
 
