@@ -10,11 +10,15 @@ Read from roll-ups, never from every step (migration 0008):
 - the sweep folds the deltas into ``pgbus_insights`` (:func:`fold`): one row per class, bucket,
   step, kind, label and bin. Runs started, finished and cancelled and attempts ended (the
   throughput chart) are kept by 5 minutes, hourly once older than two days; the funnel, the
-  durations and the errors by the hour, by the UTC day once older than two days; all for 32 days.
+  durations and the errors by the hour, by the UTC day once older than two days; all for 32 days;
+- a read sums the class's roll-ups and its deltas not folded yet, the figures and the throughput
+  chart in one statement (one snapshot: a fold that commits meanwhile moves rows from one table to
+  the other, never counted twice or missed). So insights count a run the moment its transaction
+  commits; the deltas a read adds are what was written since the last fold, about one sweep
+  interval (``PGBUS_SWEEP_INTERVAL``) of traffic while workers run.
 
-So insights trail the runs by up to one sweep (``PGBUS_SWEEP_INTERVAL``), and the funnel,
-durations and errors of a window count whole hours (whole days beyond two days) from the one the
-window starts in. Durations are kept as
+The funnel, durations and errors of a window count whole hours (whole days beyond two days) from
+the one the window starts in. Durations are kept as
 histograms with bins 1.5x wide: a percentile is the geometric middle of its bin (within about
 ±22%), never above the longest attempt seen.
 """
@@ -81,9 +85,17 @@ class StepInsight:
     stopped_here: int = 0
     errors: list[tuple[str, int]] = field(default_factory=list)
 
+    @property
+    def failure_rate(self) -> float | None:
+        """Failed attempts / attempts that ended (completed or failed) in the window; None when none ended."""
+        ended = self.completed_attempts + self.failed_attempts
+        return self.failed_attempts / ended if ended else None
+
     def as_json(self) -> dict[str, Any]:
+        rate = self.failure_rate
         return {"step": self.step, "now_by_status": self.now_by_status, "reached": self.reached,
                 "completed_attempts": self.completed_attempts, "failed_attempts": self.failed_attempts,
+                "failure_rate": round(rate, 4) if rate is not None else None,
                 "p50_ms": self.p50_ms, "p95_ms": self.p95_ms, "max_ms": self.max_ms,
                 "queue_p50_ms": self.queue_p50_ms, "queue_p95_ms": self.queue_p95_ms,
                 "stopped_here": self.stopped_here,
@@ -178,13 +190,16 @@ def insights(engine: Engine, workflow_class: str, window: str | None = None,
         coarse = (first.replace(minute=0, second=0, microsecond=0) if span <= HOURLY_AFTER
                   else first.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0))
         params = {"cls": workflow_class, "since": first, "coarse": coarse, "width": width, "origin": origin}
-        rows = db.fetch_all(conn, "insights_rows", params)
-        series = db.fetch_all(conn, "insights_series", params)
+        rows = db.fetch_all(conn, "insights_read", params)
         at_now = db.fetch_all(conn, "insights_now", params)
     result = Insights(workflow_class, window, first, now, width)
     folding = _Folding(result, step_names or [])
+    series = []
     for row in rows:
-        folding.add(row)
+        if row["series"]:
+            series.append(row)
+        else:
+            folding.add(row)
     for row in at_now:
         if row["step"]:
             folding.step(row["step"]).now_by_status[row["status"]] = int(row["runs"])
@@ -265,5 +280,6 @@ def _buckets(first: datetime, now: datetime, width: timedelta, series: list[dict
         start += width
     for row in series:
         bucket = counts.setdefault(row["b"], Bucket(row["b"]))
-        setattr(bucket, row["kind"], getattr(bucket, row["kind"]) + int(row["n"]))
+        kind = "failed" if row["kind"] == "attempt" else row["kind"]  # failed attempts
+        setattr(bucket, kind, getattr(bucket, kind) + int(row["n"]))
     return [counts[k] for k in sorted(counts)]

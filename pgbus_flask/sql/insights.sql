@@ -1,5 +1,6 @@
 -- Insights per workflow class (pgbus_flask/insights.py): the sweep folds the deltas the audit
--- trail's trigger adds into pgbus_insights (migration 0008); pages read the roll-ups.
+-- trail's trigger adds into pgbus_insights (migration 0008); pages read the roll-ups and the deltas
+-- not folded yet in one statement (one snapshot: a fold moves rows from one to the other atomically).
 -- The kinds kept by 5 minutes (the throughput chart's series) are insights.FINE: 'started',
 -- 'finished', 'cancelled', 'attempt'; every other kind is kept by the hour. A row older than two
 -- days is merged into the hour (fine kinds) or the UTC day (the others).
@@ -39,26 +40,21 @@ DO UPDATE SET n = i.n + EXCLUDED.n, max_ms = greatest(i.max_ms, EXCLUDED.max_ms)
 -- Delete the roll-ups older than %s (an interval: insights.KEEP).
 DELETE FROM pgbus_insights WHERE bucket < now() - %s::interval;
 
--- name: insights_rows
--- A class's roll-ups over a window: the fine kinds from the window's first bucket %(since)s, the others from the hour (or day) it starts in, %(coarse)s.
-SELECT step, kind, label, bin, sum(n)::bigint AS n, max(max_ms) AS max_ms
-FROM pgbus_insights
-WHERE workflow_class = %(cls)s AND bucket >= %(coarse)s
-  AND (bucket >= %(since)s OR NOT kind IN ('started', 'finished', 'cancelled', 'attempt'))
-GROUP BY 1, 2, 3, 4;
-
--- name: insights_series
--- A class's runs started and finished and attempts failed per bucket of %(width)s from %(since)s (the throughput chart).
-SELECT date_bin(%(width)s::interval, bucket, %(origin)s) AS b, kind, sum(n)::bigint AS n
-FROM pgbus_insights
-WHERE workflow_class = %(cls)s AND bucket >= %(since)s
-  AND step = '' AND kind IN ('started', 'finished')
-GROUP BY 1, 2
-UNION ALL
-SELECT date_bin(%(width)s::interval, bucket, %(origin)s), 'failed', sum(n)::bigint
-FROM pgbus_insights
-WHERE workflow_class = %(cls)s AND bucket >= %(since)s AND kind = 'attempt' AND label = 'failed'
-GROUP BY 1;
+-- name: insights_read
+-- A class's counts over a window in one snapshot, rolled up (pgbus_insights) and not folded yet (pgbus_insight_deltas): per step, kind, label and bin (series false), and runs started and finished and attempts failed per bucket of %(width)s (series true, the throughput chart). The fine kinds count from the window's first bucket %(since)s, the others from the hour (or day) it starts in, %(coarse)s.
+SELECT GROUPING(r.step) = 1 AS series, r.step, r.kind, r.label, r.bin, r.b, sum(r.n)::bigint AS n,
+       max(r.max_ms) AS max_ms
+FROM (SELECT step, kind, label, bin, n, max_ms,
+             CASE WHEN (step = '' AND kind IN ('started', 'finished')) OR (kind = 'attempt' AND label = 'failed')
+                  THEN date_bin(%(width)s::interval, bucket, %(origin)s) END AS b
+      FROM (SELECT bucket, step, kind, label, bin, n, max_ms FROM pgbus_insights
+            WHERE workflow_class = %(cls)s AND bucket >= %(coarse)s
+            UNION ALL
+            SELECT bucket, step, kind, label, bin, n, max_ms FROM pgbus_insight_deltas
+            WHERE workflow_class = %(cls)s AND bucket >= %(coarse)s) AS u
+      WHERE bucket >= %(since)s OR NOT kind IN ('started', 'finished', 'cancelled', 'attempt')) AS r
+GROUP BY GROUPING SETS ((r.step, r.kind, r.label, r.bin), (r.kind, r.b))
+HAVING GROUPING(r.step) = 0 OR r.b IS NOT NULL;
 
 -- name: insights_now
 -- A class's ongoing runs by current step and status, from the count rows (the pipeline).
