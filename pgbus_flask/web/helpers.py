@@ -64,7 +64,7 @@ __all__ = [
     "STEP_STATUS_LABELS", "STEP_TONES", "STUCK_REASON_LABELS", "STUCK_REASON_TONES", "TEXT", "action_button",
     "action_confirm", "attention_badge", "audit_sentence", "badge", "batch_url", "bulk_button", "bulk_confirm",
     "bulk_tone", "capacity_text",
-    "child_badge", "dashboard_actions", "due_moment", "fill", "humanize", "label", "next_sentence",
+    "child_badge", "dashboard_actions", "due_moment", "fill", "group_runs_url", "humanize", "label", "next_sentence",
     "primary_action", "resume_label", "run_badge", "safe_url", "signal_badge", "status_badge", "step_badge",
     "subject_label", "subject_link", "verb_tone",
 ]
@@ -73,6 +73,12 @@ __all__ = [
 def batch_url(batch_id: Any) -> str:
     """The dashboard's page of a fan-out batch."""
     return url_for("pgbus.batch", batch_id=batch_id)
+
+
+def group_runs_url(group: AttentionGroup) -> str:
+    """The runs list showing one attention group's runs (what the attention page and insights link a group to)."""
+    return url_for("pgbus.runs", workflow_class=group.workflow_class, reason=group.reason, step=group.step_name,
+                   error_class=group.error_class)
 
 
 def label(labels: Mapping[str, tuple[str, str]], key: str | None) -> str:

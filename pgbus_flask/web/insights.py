@@ -1,18 +1,23 @@
 """The insights page of a workflow class and its JSON (:mod:`pgbus_flask.insights`), and the
 throughput chart: server-rendered SVG, no script, coloured by the stylesheet's variables so it
-reads in light and dark mode."""
+reads in light and dark mode. The page also shows what of the class needs a person now (its stuck
+reasons and attention groups, linked as the attention page links them) and refreshes in place
+like the other live pages (:mod:`.live`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from babel.numbers import format_percent
 from babel.units import format_unit
 from flask import Blueprint, request
 from markupsafe import Markup
 from werkzeug.exceptions import BadRequest
 
 from .. import insights as engine_insights
+from .. import queries, states
 from ..errors import InvalidInput
 from ..present import shapes
 from . import inputs
@@ -39,6 +44,46 @@ def ms_text(ms: float | None) -> str:
     if ms < 3_600_000:
         return format_unit(round(ms / 60_000, 1), "duration-minute", length="short", locale=locale)
     return format_unit(round(ms / 3_600_000, 1), "duration-hour", length="short", locale=locale)
+
+
+def rate_text(rate: float | None) -> str:
+    """A share (0..1) as the viewer's language writes a percentage, to a tenth of a percent: "12.3%",
+    "12,3 %"; a share above 0 that would round to 0 keeps two significant digits ("0.01%")."""
+    if rate is None:
+        return "—"
+    shown = round(rate, 3)
+    if shown == 0 and rate > 0:
+        shown = float(f"{rate:.2g}")
+    return format_percent(shown, locale=_babel_locale(), decimal_quantization=False)
+
+
+@dataclass
+class ClassAttention:
+    """What of one class needs a person now: its attention groups (the biggest first) and, per stuck
+    reason (in :data:`pgbus_flask.states.STUCK_REASONS`' order), its runs and whether that count
+    stopped at the cap."""
+
+    groups: list[queries.AttentionGroup] = field(default_factory=list)
+    reasons: list[tuple[str, int, bool]] = field(default_factory=list)
+
+
+def class_attention(engine: Engine, workflow_class: str) -> ClassAttention:
+    """The attention groups of ``workflow_class`` and its counts by stuck reason: the groups' sums when
+    every group was read (one statement), else the stuck counts read apart."""
+    groups = queries.attention_groups(engine, workflow_class)
+    if len(groups) < queries.GROUP_LIMIT:
+        runs: dict[str, int] = {}
+        capped: set[str] = set()
+        for group in groups:
+            runs[group.reason] = runs.get(group.reason, 0) + group.count
+            if group.capped:
+                capped.add(group.reason)
+    else:
+        counts = queries.stuck_reason_counts(engine, workflow_class)
+        runs = {reason: n for (_, reason), n in counts.items()}
+        capped = {reason for (_, reason) in counts.capped}
+    reasons = [(reason, runs[reason], reason in capped) for reason in states.STUCK_REASONS if runs.get(reason)]
+    return ClassAttention(groups, reasons)
 
 
 def chart(result: engine_insights.Insights, now: datetime) -> Markup:
@@ -113,9 +158,10 @@ class InsightsPages:
         self.pages.sync_clock()
         result = self.read(workflow_class, window)
         reached_max = max([s.reached for s in result.steps] + [1])
-        return render("pgbus/insights.html", result=result, window=window, windows=engine_insights.WINDOWS,
-                      window_labels=WINDOW_LABELS, chart=chart(result, result.until), legend=legend(),
-                      reached_max=reached_max, ms=ms_text, step_statuses=("ready", "running", "waiting", "paused"),
+        return render("pgbus/insights.html", live=True, result=result, window=window,
+                      windows=engine_insights.WINDOWS, window_labels=WINDOW_LABELS, chart=chart(result, result.until),
+                      legend=legend(), reached_max=reached_max, ms=ms_text, rate=rate_text,
+                      step_statuses=states.ONGOING, attention=class_attention(self.engine, workflow_class),
                       window_span=_span_words(engine_insights.WINDOWS[window][1]))
 
     def api(self, workflow_class: str) -> Any:

@@ -276,8 +276,7 @@ class Pages:
             {"g": group, "actions": [(a, helpers.bulk_confirm(a, group, helpers.TEXT),
                                       helpers.bulk_confirm(a, group, helpers.HTML))
                                      for a in helpers.BULK_BY_REASON[group.reason]],
-             "runs_url": url_for(".runs", workflow_class=group.workflow_class, reason=group.reason,
-                                 step=group.step_name, error_class=group.error_class)}
+             "runs_url": helpers.group_runs_url(group)}
             for group in groups
         ]
         result = notices.take("bulk")
