@@ -74,7 +74,7 @@ def test_the_api_needs_the_same_auth(app: Flask) -> None:
 
 
 @pytest.mark.parametrize(("method", "url", "status"), [
-    ("GET", "/pgbus/api/nope", 404), ("GET", "/pgbus/api", 404), ("GET", "/pgbus/api/", 404),
+    ("GET", "/pgbus/api/nope", 404), ("POST", "/pgbus/api", 405), ("GET", "/pgbus/api/nope/", 404),
     ("GET", "/pgbus/api/runs/x/y", 404), ("GET", "/pgbus/api/batches/abc", 400), ("GET", "/pgbus/api/batches/-1", 400),
     ("GET", "/pgbus/api/batches/0", 400), ("GET", "/pgbus/api/runs?before=%C2%B2", 400),
     ("GET", "/pgbus/api/runs?before=0", 400), ("GET", "/pgbus/api/runs?text=%00", 400),
