@@ -72,7 +72,7 @@ ALLOWED_LATE = {
     ("extension", "migrate"): "migrate runs only when asked",
     ("demo", "sweep"): "the demo runs the sweep once while seeding",
     ("reporting", "engine"): "report() given no engine finds the process default's PGBUS_ERROR_REPORTER when it runs",
-    ("config", "notify"): "PGBUS_WEBHOOKS's targets are checked by notify.targets, beside their use, when settings load",
+    ("config", "notify"): "PGBUS_WEBHOOKS is checked by notify.targets, beside its use, when settings load",
     ("engine", "notify"): "an engine gives its database the notice hook when made (signals and webhooks at commit)",
     ("sweep", "notify"): "the sweep's notify part runs the pump, whose messages are said in words (present)",
     ("present", "notify"): "the notifications' JSON shape reads the deliveries",
