@@ -115,8 +115,8 @@ KEYS: tuple[Key, ...] = (
         "duration"),
     Key("PGBUS_ERROR_REPORTER", None,
         "callable(exception, context dict) told of every failure pgbus handles by itself (a failed enqueue after"
-        " commit, a sweep that raised, a signal receiver that raised, a delivery given up); Sentry is told too"
-        " when sentry_sdk is initialised", "opt_callable"),
+        " commit, a sweep that raised, a signal receiver that raised, a delivery given up) and of each step's own"
+        " exception (context['where'] == 'step'); Sentry is told too when sentry_sdk is initialised", "opt_callable"),
     Key("PGBUS_MCP_TOKEN", None,
         "bearer token every request to `flask pgbus mcp --http` must send (32+ characters); needed to serve it"
         " beyond loopback", "secret"),

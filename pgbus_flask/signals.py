@@ -119,5 +119,6 @@ def _send(signal: Any, sender: str, fields: dict[str, Any],
         try:
             receiver(sender, **fields)
         except Exception as exc:  # a receiver's failure is its own: the change is committed already
-            log.exception("pgbus signal %s: receiver %r raised", signal.name, receiver)
+            # reported first: Sentry's dedupe then drops the logging integration's untagged copy
             report(exc, {"run_id": fields.get("run_id"), "workflow_class": sender, "step": fields.get("step")})
+            log.exception("pgbus signal %s: receiver %r raised", signal.name, receiver)

@@ -32,7 +32,7 @@ from urllib import request as urlrequest
 
 from psycopg.types.json import Jsonb
 
-from .. import db, signals
+from .. import db, reporting, signals
 from ..errors import PgbusError
 from . import messages
 from .targets import Target
@@ -100,12 +100,9 @@ def install(engine: Engine) -> None:
 
 
 def _report(engine: Engine, exc: BaseException, where: str, context: dict[str, Any]) -> None:
-    try:
-        from ..reporting import report
-    except ImportError:  # error reporting not there (yet): the log line is all
-        return
-    report(exc, where, engine=engine, run_id=context.get("run_id"), workflow_class=context.get("workflow_class"),
-           step=context.get("step"))
+    """Tell PGBUS_ERROR_REPORTER and Sentry (pgbus_flask.reporting; it never raises)."""
+    reporting.report(exc, where, engine=engine, run_id=context.get("run_id"),
+                     workflow_class=context.get("workflow_class"), step=context.get("step"))
 
 
 def group_runs(conn: Any, group: tuple[str, str, str, str]) -> tuple[int, str | None]:
@@ -262,7 +259,8 @@ def kick(engine: Engine) -> None:
     try:
         engine.queue(engine.settings.queue).enqueue(PUMP_JOB, job_id="pgbus-notify-pump", result_ttl=0,
                                                     failure_ttl=86400, description="pgbus notify pump")
-    except Exception:
+    except Exception as exc:
+        _report(engine, exc, "enqueue", {})
         log.exception("pgbus: the notification pump could not be enqueued; the sweep will pump")
 
 
@@ -289,8 +287,8 @@ def send(engine: Engine, deliveries: list[int], at: datetime | None = None) -> N
                 queue.enqueue_at(at, DELIVER_JOB, delivery, result_ttl=0, failure_ttl=86400,
                                  description=f"pgbus delivery {delivery}")
     except Exception as exc:
+        _report(engine, exc, "enqueue", {})  # first: Sentry's dedupe then drops the log line's untagged copy
         log.exception("pgbus: deliveries %s could not be enqueued; the sweep will send them", deliveries)
-        _report(engine, exc, "enqueue", {})
 
 
 def deliver(engine: Engine, delivery_id: int) -> str | None:
@@ -337,10 +335,10 @@ def _failed_try(engine: Engine, row: dict[str, Any], code: int | None, text: str
         result = db.fetch_one(tx, "notify_retry", (next_at, next_at, code, text, problem, row["id"]))
     status = result["status"] if result else "failed"
     if status == "failed":
-        log.error("pgbus: webhook delivery %s to %s given up after %s tries: %s", row["id"], row["target"],
-                  row["attempts"], problem)
-        _report(engine, DeliveryGivenUp(f"delivery {row['id']} to {row['target']} given up after {row['attempts']}"
-                                        f" tries: {problem}"), "webhook_delivery", {})
+        given_up = DeliveryGivenUp(f"delivery {row['id']} to {row['target']} given up after {row['attempts']} tries:"
+                                   f" {problem}")
+        _report(engine, given_up, "webhook_delivery", {})
+        log.warning("pgbus: %s", given_up)  # a warning: the report above is the event
     else:
         send(engine, [row["id"]], at=next_at)
     return status

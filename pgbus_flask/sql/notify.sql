@@ -115,7 +115,3 @@ DELETE FROM pgbus_deliveries WHERE id IN (
 SELECT id, target, event_type, webhook_id, payload, status, attempts, next_attempt_at, response_status,
        response_body, last_error, requested_by, created_at, updated_at, delivered_at
 FROM pgbus_deliveries ORDER BY id DESC LIMIT %s;
-
--- name: notify_delivery_counts
--- Deliveries by target and status.
-SELECT target, status, count(*) AS n FROM pgbus_deliveries GROUP BY 1, 2;

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -27,44 +25,10 @@ from pgbus_flask.handle import Run
 from pgbus_flask.sweep import sweep
 from pgbus_flask.testing import wait_until
 from tests.support import settings_for, work
+from tests.support.webhooks import Receiver
 from tests.workflows import FailsUntil, ThreeSteps
 
 SECRET = "whsec_" + base64.b64encode(b"a secret of thirty-two bytes!!!!").decode()
-
-
-class Receiver:
-    """An HTTP server that records every POST and answers from a script (default: 200)."""
-
-    def __init__(self) -> None:
-        self.received: list[dict[str, Any]] = []
-        self.script: list[tuple[int, float]] = []  # (status, seconds to wait first), used in order
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                status, delay = receiver.script.pop(0) if receiver.script else (200, 0.0)
-                if delay:
-                    time.sleep(delay)
-                headers = {name.lower(): value for name, value in self.headers.items()}
-                receiver.received.append({"headers": headers, "body": body, "status": status})
-                self.send_response(status)
-                self.end_headers()
-                self.wfile.write(b"ok" if status < 300 else b"receiver is down")
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def bodies(self, status: int | None = 200) -> list[dict[str, Any]]:
-        return [json.loads(r["body"]) for r in self.received if status is None or r["status"] == status]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
@@ -144,8 +108,16 @@ def test_a_finished_run_is_heard_once_and_a_rolled_back_change_never(engine: Eng
     assert other.refresh().status == "ready"
 
 
-def test_a_receiver_that_raises_breaks_nothing(engine: Engine, listen: dict[str, Any]) -> None:
-    reported: list[tuple[BaseException, dict[str, Any]]] = []
+def reporter(exc: BaseException, context: dict[str, Any]) -> None:
+    REPORTED.append((exc, context))
+
+
+REPORTED: list[tuple[BaseException, dict[str, Any]]] = []
+
+
+@pytest.mark.settings(PGBUS_ERROR_REPORTER=reporter)
+def test_a_receiver_that_raises_breaks_nothing_and_is_reported(engine: Engine, listen: dict[str, Any]) -> None:
+    REPORTED.clear()
 
     def broken(sender: Any, **fields: Any) -> None:
         raise RuntimeError("the pager is down")
@@ -157,7 +129,10 @@ def test_a_receiver_that_raises_breaks_nothing(engine: Engine, listen: dict[str,
         signals.run_needs_attention.disconnect(broken)
     assert run.refresh().status == "paused" and run.row["attention_reason"] == "paused_error"
     assert [n["run_id"] for n in listen["run-needs-attention"]] == [str(run.workflow_id)]  # the others still heard it
-    del reported
+    [(exc, context)] = [(e, c) for e, c in REPORTED if c["where"] == "signal_receiver"]
+    assert str(exc) == "the pager is down"
+    assert (context["run_id"], context["workflow_class"], context["step"]) == (str(run.workflow_id), "FailsUntil",
+                                                                                "capture")
 
 
 def test_a_receiver_for_one_class_hears_only_that_class(engine: Engine) -> None:
@@ -256,6 +231,27 @@ def test_a_failing_receiver_gets_the_message_again_until_it_answers_and_never_af
         assert notify.deliver(engine, delivery["id"]) is None  # delivered: never sent again
         wait_until(lambda: len(receiver.received) == 3, message="the slow answer recorded")
         assert [r["status"] for r in receiver.received] == [500, 200, 200]  # the slow one came, but too late
+    finally:
+        engine.close()
+
+
+def test_a_message_still_refused_after_a_day_is_given_up_and_reported(pg_url: str, redis_url: str, clean: None,
+                                                                      receiver: Receiver) -> None:
+    engine = hooked(pg_url, redis_url, receiver, PGBUS_ERROR_REPORTER=reporter)
+    REPORTED.clear()
+    receiver.script = [(503, 0.0)] * 3
+    try:
+        paused_run(engine)  # the first try: 503, tried again later
+        [delivery] = notify.recent_deliveries(engine)
+        assert delivery["status"] == "pending" and delivery["attempts"] == 1
+        engine_sql(engine, "UPDATE pgbus_deliveries SET created_at = now() - interval '1 day 1 minute',"
+                           " next_attempt_at = now()")
+        assert notify.deliver(engine, delivery["id"]) == "failed"
+        row = notify.recent_deliveries(engine)[0]
+        assert row["status"] == "failed" and row["attempts"] == 2 and row["response_status"] == 503
+        assert notify.deliver(engine, delivery["id"]) is None  # failed: never tried again
+        [exc] = [e for e, c in REPORTED if c["where"] == "webhook_delivery"]
+        assert "given up after 2 tries: HTTP 503" in str(exc)
     finally:
         engine.close()
 

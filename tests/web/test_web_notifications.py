@@ -13,8 +13,8 @@ from flask import Flask
 
 from pgbus_flask.mcp_server.server import McpServer
 from pgbus_flask.notify.targets import parse_targets
-from tests.db.test_notify import Receiver
 from tests.support import work
+from tests.support.webhooks import Receiver
 from tests.support.webtools import count_testid, csrf, engine_of, text_of
 
 SECRET = "whsec_" + base64.b64encode(b"another secret, thirty-two bytes").decode()
