@@ -62,13 +62,16 @@ it found are kept as plain tests in tests/db/test_model_findings.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -677,7 +680,7 @@ class EngineModel(RuleBasedStateMachine):
                         passed.append(verb)  # allowed; another run of the subject is ongoing
                     except ActionNotAllowed:
                         pass
-                    raise Rollback
+                    raise psycopg.Rollback  # the refresh is only looked at
             except Rollback:
                 pass
         assert passed == run.available_actions, f"verbs that pass {passed} != available_actions {run.available_actions}"
@@ -701,7 +704,10 @@ class EngineModel(RuleBasedStateMachine):
             where = f"run {run['workflow_id']} ({run['workflow_class']})"
             problems += [f"{where}: {p}" for p in self.run_problems(world, run)]
         problems += self.signal_and_batch_problems(world)
-        problems += self.stored_attention_problems(world)
+        stored = self.stored_attention_problems(world)
+        if stored:  # seen only under a loaded CI, never replayed: say what else was going on
+            stored.append(self.attention_witness(world))
+        problems += stored
         problems += self.attention_problems(world)
         problems += self.job_problems(world)
         problems += self.slot_problems()
@@ -845,6 +851,32 @@ class EngineModel(RuleBasedStateMachine):
         if stored != dict(expected_counts(world)):
             problems.append(f"pgbus_run_counts says {stored}, the runs say {dict(expected_counts(world))}")
         return problems
+
+    def attention_witness(self, world: World) -> str:
+        """What a run with wrong attention columns looks like from here: the columns a refresh computes
+        now (rolled back), the installed function's digest, other sessions on this database, this
+        process's threads, and the run's audit trail."""
+        lines = []
+        with self.engine.db.connection() as conn:
+            for run in world.runs:
+                latest = world.latest(run)
+                if latest is None or expected_attention(run, latest) == stored_attention(run):
+                    continue
+                with contextlib.suppress(Exception), conn.transaction():
+                    conn.execute("SELECT pgbus_workflow_attention(%s)", (run["workflow_id"],))
+                    again = conn.execute("SELECT attention_reason, attention_since, status, updated_at FROM"
+                                         " pgbus_workflows WHERE workflow_id = %s", (run["workflow_id"],)).fetchone()
+                    lines.append(f"  refreshed now: {again}")
+                    raise Rollback
+                events = [(e["id"], e["event"], e["actor"], e["step_name"], e["created_at"].time().isoformat())
+                          for e in world.events_of[run["workflow_id"]]]
+                lines.append(f"  events of {run['workflow_id']}: {events}")
+            digest = conn.execute("SELECT md5(pg_get_functiondef('pgbus_workflow_attention'::regproc))").fetchone()
+            others = conn.execute("SELECT pid, application_name, state, left(query, 80) FROM pg_stat_activity"
+                                  " WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchall()
+        lines.append(f"  pgbus_workflow_attention md5 {digest[0] if digest else None}; other sessions: {others}")
+        lines.append(f"  threads: {[t.name for t in threading.enumerate()]}")
+        return "\n".join(lines)
 
     def slot_problems(self) -> list[str]:
         """Flow control (docs/flow-control.md): slots taken = holders. Every held slot's holder is a run
