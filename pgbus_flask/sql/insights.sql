@@ -41,7 +41,7 @@ DO UPDATE SET n = i.n + EXCLUDED.n, max_ms = greatest(i.max_ms, EXCLUDED.max_ms)
 DELETE FROM pgbus_insights WHERE bucket < now() - %s::interval;
 
 -- name: insights_read
--- A class's counts over a window in one snapshot, rolled up (pgbus_insights) and not folded yet (pgbus_insight_deltas): per step, kind, label and bin (series false), and runs started and finished and attempts failed per bucket of %(width)s (series true, the throughput chart). The fine kinds count from the window's first bucket %(since)s, the others from the hour (or day) it starts in, %(coarse)s.
+-- A class's counts over a window in one snapshot, rolled up (pgbus_insights) and not folded yet (pgbus_insight_deltas, one row an event: summed by key first): per step, kind, label and bin (series false), and runs started and finished and attempts failed per bucket of %(width)s (series true, the throughput chart). The fine kinds count from the window's first bucket %(since)s, the others from the hour (or day) it starts in, %(coarse)s.
 SELECT GROUPING(r.step) = 1 AS series, r.step, r.kind, r.label, r.bin, r.b, sum(r.n)::bigint AS n,
        max(r.max_ms) AS max_ms
 FROM (SELECT step, kind, label, bin, n, max_ms,
@@ -50,8 +50,8 @@ FROM (SELECT step, kind, label, bin, n, max_ms,
       FROM (SELECT bucket, step, kind, label, bin, n, max_ms FROM pgbus_insights
             WHERE workflow_class = %(cls)s AND bucket >= %(coarse)s
             UNION ALL
-            SELECT bucket, step, kind, label, bin, n, max_ms FROM pgbus_insight_deltas
-            WHERE workflow_class = %(cls)s AND bucket >= %(coarse)s) AS u
+            SELECT bucket, step, kind, label, bin, sum(n), max(max_ms) FROM pgbus_insight_deltas
+            WHERE workflow_class = %(cls)s AND bucket >= %(coarse)s GROUP BY 1, 2, 3, 4, 5) AS u
       WHERE bucket >= %(since)s OR NOT kind IN ('started', 'finished', 'cancelled', 'attempt')) AS r
 GROUP BY GROUPING SETS ((r.step, r.kind, r.label, r.bin), (r.kind, r.b))
 HAVING GROUPING(r.step) = 0 OR r.b IS NOT NULL;
