@@ -3,6 +3,7 @@
     python -m bench.pages                                  # 1,000,000 ongoing runs (about 10 min, 2.5 GB)
     python -m bench.pages --runs 100000 --repeat 20        # a quicker look
     python -m bench.pages --keep ... / --reuse ...         # keep the seeded database / time a kept one again
+    python -m bench.pages --reuse --only insights --pending-deltas 100000   # insights beside unfolded deltas
 
 It seeds ``bench.sweep_cost``'s runs (N ongoing: 40% waiting, 30% ready, 20%
 paused on a failed step, 10% running; N/2 finished), plus one run with 3,000
@@ -24,6 +25,10 @@ minutes, so that every waiting run is overdue (on a signal or, since migration
 0007, on a batch: 40% of the ongoing runs need a person), and the reads behind
 them (stuck_reason_counts, attention_groups, stats, oldest_overdue,
 list_runs). Its database is dropped at the end unless ``--keep``. Timings are printed, never asserted.
+
+The insights pages read the roll-ups and the deltas the sweep has not folded yet: ``--pending-deltas N``
+leaves about N of them (:data:`DELTAS_SEED`, 4.7 rows a step: 100,000 is what 21,000 steps write, a
+30 s sweep interval at 700 steps/s) beside the roll-ups, unfolded, for those pages to read.
 """
 
 from __future__ import annotations
@@ -224,6 +229,33 @@ FROM coarse, classes, steps, generate_series(0, 5) d
 """
 
 
+# Unfolded insight deltas as the audit trail's trigger writes them within one sweep interval: per step of
+# the three classes an attempt (one in 33 failed, with its error), its run time and queue wait bins and the
+# next step reached; per fifth step a run started, finished (and its funnel row): 4.7 rows a step, about
+# %(n)s rows in all, written in the last 30 s.
+DELTAS_SEED = """
+INSERT INTO pgbus_insight_deltas (workflow_class, bucket, step, kind, label, bin, n, max_ms)
+SELECT (ARRAY['FiveNoop', 'ThreeSteps', 'WaitsForPayment'])[1 + mod(i, 3)],
+       date_bin(CASE WHEN v.kind IN ('started', 'finished', 'attempt') THEN interval '5 minutes'
+                     ELSE interval '1 hour' END,
+                now() - mod(i, 30) * interval '1 second', timestamptz '2000-01-01 00:00+00'),
+       v.step, v.kind, v.label, v.bin, 1, v.ms
+FROM generate_series(1, %(n)s * 10 / 47) i
+CROSS JOIN LATERAL (VALUES
+    (true, 's' || (1 + mod(i, 5)), 'attempt', CASE WHEN mod(i, 33) = 0 THEN 'failed' ELSE 'completed' END,
+     0::smallint, NULL::double precision),
+    (mod(i, 33) = 0, 's' || (1 + mod(i, 5)), 'error', 'TimeoutError', 0::smallint, NULL),
+    (true, 's' || (1 + mod(i, 5)), 'duration', '', (10 + mod(i, 8))::smallint, 1.5 ^ (10 + mod(i, 8))),
+    (true, 's' || (1 + mod(i, 5)), 'wait', '', (3 + mod(i, 6))::smallint, 1.5 ^ (3 + mod(i, 6))),
+    (true, 's' || (1 + mod(i + 1, 5)), 'reached', '', 0::smallint, NULL),
+    (mod(i, 5) = 0, '', 'started', '', 0::smallint, NULL),
+    (mod(i, 5) = 0, '', 'finished', '', 0::smallint, NULL),
+    (mod(i, 5) = 0, '', 'run_finished', '', 0::smallint, NULL)
+) AS v(keep, step, kind, label, bin, ms)
+WHERE v.keep
+"""
+
+
 def timed(name: str, fn: Callable[[], Any], repeat: int) -> Figure:
     """p50 and p95 of ``repeat`` calls after two warm-up calls; a response's status and size."""
     result: Any = None
@@ -263,7 +295,7 @@ def prepare(args: argparse.Namespace) -> str:
             conn.execute("VACUUM ANALYZE")
         print(f"  reusing {name}", flush=True)
         seed_lists(url)
-        seed_insights(url)
+        seed_insights(url, args.pending_deltas)
         return url
     url = seed(args.server_url, args.runs, name)
     t = time.perf_counter()
@@ -274,7 +306,7 @@ def prepare(args: argparse.Namespace) -> str:
         conn.execute("VACUUM ANALYZE")
     print(f"  seeded the run with 3,000 attempts and 20,000 events in {time.perf_counter() - t:.1f} s", flush=True)
     seed_lists(url)
-    seed_insights(url)
+    seed_insights(url, args.pending_deltas)
     return url
 
 
@@ -292,8 +324,9 @@ def seed_lists(url: str) -> None:
           f" {LISTS['batch']:,} in {time.perf_counter() - t:.1f} s", flush=True)
 
 
-def seed_insights(url: str) -> None:
-    """Replace the insight roll-ups with :data:`INSIGHTS_SEED` (the seed's own events folded or not)."""
+def seed_insights(url: str, pending: int = 0) -> None:
+    """Replace the insight roll-ups with :data:`INSIGHTS_SEED` (the seed's own events folded or not), and
+    the deltas with about ``pending`` unfolded ones (:data:`DELTAS_SEED`)."""
     t = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DELETE FROM pgbus_insight_deltas")
@@ -301,7 +334,12 @@ def seed_insights(url: str) -> None:
         conn.execute(INSIGHTS_SEED.encode())
         rows = conn.execute("SELECT count(*) FROM pgbus_insights").fetchone()[0]  # type: ignore[index]
         conn.execute("VACUUM ANALYZE pgbus_insights")
-    print(f"  seeded {rows:,} insight rows (30 days of 3 classes) in {time.perf_counter() - t:.1f} s", flush=True)
+        if pending:
+            conn.execute(DELTAS_SEED.encode(), {"n": pending})
+        deltas = conn.execute("SELECT count(*) FROM pgbus_insight_deltas").fetchone()[0]  # type: ignore[index]
+        conn.execute("VACUUM ANALYZE pgbus_insight_deltas")
+    print(f"  seeded {rows:,} insight rows (30 days of 3 classes) and {deltas:,} unfolded deltas"
+          f" in {time.perf_counter() - t:.1f} s", flush=True)
 
 
 def targets(url: str) -> dict[str, Any]:
@@ -480,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="time only the pages whose name contains one of these comma-separated words")
     parser.add_argument("--server-url", default=DEFAULT_SERVER)
     parser.add_argument("--redis-url", default=DEFAULT_REDIS, help="a Redis database the script may flush")
+    parser.add_argument("--pending-deltas", type=int, default=0,
+                        help="insight deltas left unfolded beside the roll-ups (about; default 0)")
     parser.add_argument("--keep", action="store_true", help="keep the seeded database")
     parser.add_argument("--reuse", action="store_true", help="time a database kept by an earlier --keep")
     args = parser.parse_args(argv)
