@@ -234,8 +234,9 @@ def _tell(engine: Engine, tx: db.Transaction, target: Target, group: tuple[str, 
 def _add(engine: Engine, tx: db.Transaction, target: Target, event_type: str, data: dict[str, Any], now: datetime,
          requested_by: str | None = None) -> int:
     body = messages.body(target.format, event_type, data, now, engine.settings)
+    said = {key: value for key, value in data.items() if key != "sentence"}
     row = db.fetch_one(tx, "notify_add_delivery", (target.name, event_type, f"msg_{uuid.uuid4().hex}", Jsonb(body),
-                                                   requested_by))
+                                                   Jsonb(said), requested_by))
     assert row is not None
     return int(row["id"])
 

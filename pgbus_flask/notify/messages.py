@@ -62,42 +62,57 @@ def run_url(settings: Any, run_id: Any) -> str | None:
 def group_message(settings: Any, event_type: str, group: tuple[str, str, str, str], *, runs: int, entered: int,
                   error_message: str | None) -> dict[str, Any]:
     """The data of a message about an attention group, with its sentence."""
-    words = words_of(settings)
     workflow, step, reason, error_class = group
-    shown = {"workflow": workflow, "step": step, "reason": label(words, STUCK_REASON_LABELS, reason)}
-    if event_type == GROUP_OPENED:
-        sentence = words.ngettext(*_OPENED, runs, count=words.number(runs), **shown)
-    elif event_type == GROUP_GREW:
-        sentence = words.ngettext(*_GREW, entered, count=words.number(entered), total=words.number(runs), **shown)
-    else:
-        sentence = words.pgettext(*_RESOLVED, **shown)
-    if error_class and event_type != GROUP_RESOLVED:
-        sentence += "\n" + words.pgettext(*_ERROR, error=error_class + (f": {error_message}" if error_message else ""))
-    return {"workflow_class": workflow, "step": step, "reason": reason, "error_class": error_class or None,
+    data = {"workflow_class": workflow, "step": step, "reason": reason, "error_class": error_class or None,
             "runs": runs, "new_runs": entered if event_type == GROUP_GREW else None,
             "error_message": error_message if event_type != GROUP_RESOLVED else None,
-            "sentence": sentence, "url": group_url(settings, group)}
+            "url": group_url(settings, group)}
+    return {**data, "sentence": say(words_of(settings), event_type, data)}
 
 
 def run_message(settings: Any, notice: dict[str, Any]) -> dict[str, Any]:
     """The data of a message about one run (finished, cancelled, a step failed), with its sentence."""
-    words = words_of(settings)
     run = str(notice["workflow_id"])
-    shown = {"workflow": notice["workflow_class"], "run": run[:8], "step": notice["step"] or "",
-             "attempt": words.number(notice["attempt"] or 1)}
-    text = {"run_finished": _FINISHED, "run_cancelled": _CANCELLED, "step_failed": _STEP_FAILED}[notice["kind"]]
-    sentence = words.pgettext(*text, **shown)
-    if notice["kind"] == "step_failed" and notice["error_class"]:
-        error = notice["error_class"] + (f": {notice['error_message']}" if notice["error_message"] else "")
-        sentence += "\n" + words.pgettext(*_ERROR, error=error)
-    return {"run_id": run, "workflow_class": notice["workflow_class"], "step": notice["step"],
+    data = {"run_id": run, "workflow_class": notice["workflow_class"], "step": notice["step"],
             "attempt": notice["attempt"], "error_class": notice["error_class"],
-            "error_message": notice["error_message"], "sentence": sentence, "url": run_url(settings, run)}
+            "error_message": notice["error_message"], "url": run_url(settings, run)}
+    return {**data, "sentence": say(words_of(settings), PER_RUN[notice["kind"]], data)}
 
 
 def test_message(settings: Any, actor: str) -> dict[str, Any]:
-    words = words_of(settings)
-    return {"sentence": words.pgettext(*_TEST, actor=actor), "url": settings.dashboard_url or None}
+    data = {"actor": actor, "url": settings.dashboard_url or None}
+    return {**data, "sentence": say(words_of(settings), TEST, data)}
+
+
+def say(words: Words, event_type: str, data: dict[str, Any]) -> str:
+    """The sentence of a message from its data, in ``words``: what the target was sent (in
+    PGBUS_DEFAULT_LOCALE), and what the Notifications page says of it (in the viewer's language)."""
+    if event_type == TEST:
+        return words.pgettext(*_TEST, actor=data.get("actor") or "")
+    if event_type in (RUN_FINISHED, RUN_CANCELLED, STEP_FAILED):
+        shown = {"workflow": data["workflow_class"], "run": str(data["run_id"])[:8], "step": data["step"] or "",
+                 "attempt": words.number(data["attempt"] or 1)}
+        text = {RUN_FINISHED: _FINISHED, RUN_CANCELLED: _CANCELLED, STEP_FAILED: _STEP_FAILED}[event_type]
+        sentence = words.pgettext(*text, **shown)
+        if event_type == STEP_FAILED and data["error_class"]:
+            sentence += "\n" + _error_line(words, data)
+        return sentence
+    shown = {"workflow": data["workflow_class"], "step": data["step"],
+             "reason": label(words, STUCK_REASON_LABELS, data["reason"])}
+    runs = int(data["runs"])
+    if event_type == GROUP_OPENED:
+        sentence = words.ngettext(*_OPENED, runs, count=words.number(runs), **shown)
+    elif event_type == GROUP_GREW:
+        entered = int(data["new_runs"])
+        sentence = words.ngettext(*_GREW, entered, count=words.number(entered), total=words.number(runs), **shown)
+    else:
+        return words.pgettext(*_RESOLVED, **shown)
+    return sentence + ("\n" + _error_line(words, data) if data["error_class"] else "")
+
+
+def _error_line(words: Words, data: dict[str, Any]) -> str:
+    error = data["error_class"] + (f": {data['error_message']}" if data.get("error_message") else "")
+    return words.pgettext(*_ERROR, error=error)
 
 
 def body(target_format: str, event_type: str, data: dict[str, Any], at: datetime, settings: Any) -> dict[str, Any]:

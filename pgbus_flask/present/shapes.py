@@ -247,15 +247,14 @@ def notifications(engine: Engine, words: Words, limit: int = 50) -> dict[str, An
     """The webhook targets of ``PGBUS_WEBHOOKS`` (their URL's scheme and host only, never a secret) and the
     newest deliveries (docs/notifications.md): what the Notifications page, the JSON API and MCP show."""
     from .. import notify
+    from ..notify.messages import say
 
     targets = [{"name": t.name, "url": t.shown_url, "format": t.format, "events": list(t.events),
                 "classes": list(t.classes) if t.classes is not None else None, "signed": bool(t.secret)}
                for t in engine.settings.webhooks]
     deliveries = []
     for row in notify.recent_deliveries(engine, limit):
-        body = row["payload"]
-        data = body.get("data", {}) if isinstance(body, dict) else {}
-        sentence = data.get("sentence") or (body.get("text") if isinstance(body, dict) else None)
+        sentence = say(words, row["event_type"], row["data"])  # in the reader's language, not the one sent
         deliveries.append({key: row[key] for key in ("id", "target", "event_type", "status", "attempts",
                                                      "next_attempt_at", "response_status", "last_error",
                                                      "requested_by", "created_at", "delivered_at", "webhook_id")}

@@ -64,8 +64,8 @@ WHERE w.attention_reason IN ('overdue', 'waiting_overdue') AND w.attention_reaso
 
 -- name: notify_add_delivery
 -- A message for a target, to be sent by an RQ job: its id.
-INSERT INTO pgbus_deliveries (target, event_type, webhook_id, payload, requested_by)
-VALUES (%s, %s, %s, %s, %s) RETURNING id;
+INSERT INTO pgbus_deliveries (target, event_type, webhook_id, payload, data, requested_by)
+VALUES (%s, %s, %s, %s, %s, %s) RETURNING id;
 
 -- name: notify_claim_delivery
 -- Take delivery %s for one try (due, not delivered, no live try): its row, or nothing.
@@ -112,6 +112,6 @@ DELETE FROM pgbus_deliveries WHERE id IN (
 
 -- name: notify_recent_deliveries
 -- The newest deliveries, all targets (%s: how many), for the Notifications page.
-SELECT id, target, event_type, webhook_id, payload, status, attempts, next_attempt_at, response_status,
+SELECT id, target, event_type, webhook_id, payload, data, status, attempts, next_attempt_at, response_status,
        response_body, last_error, requested_by, created_at, updated_at, delivered_at
 FROM pgbus_deliveries ORDER BY id DESC LIMIT %s;

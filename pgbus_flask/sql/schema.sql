@@ -962,7 +962,8 @@ CREATE TABLE pgbus_deliveries (
     target          text NOT NULL,
     event_type      text NOT NULL,              -- attention_group.opened, run.finished, test ...
     webhook_id      text NOT NULL UNIQUE,       -- Standard Webhooks' webhook-id: the same on every try
-    payload         jsonb NOT NULL,
+    payload         jsonb NOT NULL,              -- the body sent
+    data            jsonb NOT NULL,              -- what it says, for the page to say it in the viewer's language
     status          text NOT NULL DEFAULT 'pending'
                     CHECK (status IN ('pending', 'sending', 'delivered', 'failed')),
     attempts        integer NOT NULL DEFAULT 0,

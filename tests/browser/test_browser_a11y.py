@@ -27,6 +27,7 @@ from pgbus_flask.handle import Run
 from tests.support.browser import Browsing, by_testid
 from tests.support.schedule_helpers import Declare
 from tests.support.seeds import seed_insights
+from tests.support.webhooks import with_a_delivery
 from tests.support.webtools import seed_every_state
 
 pytestmark = pytest.mark.browser
@@ -111,6 +112,7 @@ def pages_to_check(app: Flask, page: Any) -> list[tuple[str, str]]:
     work(app.extensions["pgbus"])
     child = next(c for c in parent.refresh().children() if c["status"] == "paused")
     line = in_line(app)
+    with_a_delivery(app.extensions["pgbus"])
     # a run with more signals than a page shows, a payload cut with the rest in a disclosure and one
     # behind a link
     noisy = Run(app.extensions["pgbus"], ids["waiting_signal"])
@@ -138,6 +140,7 @@ def pages_to_check(app: Flask, page: Any) -> list[tuple[str, str]]:
         ("insights", "/pgbus/classes/FailsUntil/insights"),
         ("insights of a class that ran", "/pgbus/classes/ThreeSteps/insights?window=24h"),
         ("limits", "/pgbus/limits"),
+        ("notifications", "/pgbus/notifications"),
         ("run waiting in line for a slot", f"/pgbus/runs/{line}"),
     ]
 

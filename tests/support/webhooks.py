@@ -42,3 +42,19 @@ class Receiver:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def with_a_delivery(engine: Any) -> None:
+    """Give ``engine`` two webhook targets (one on a port nobody serves) and one test message made for
+    the first, so that the Notifications page shows both tables (its job is queued, never run here)."""
+    from dataclasses import replace
+
+    from pgbus_flask import notify
+    from pgbus_flask.notify.targets import parse_targets
+
+    secret = "whsec_" + "c2VjcmV0IG9mIHRoZSBwYWdlcywgMzIgYnl0ZXMhIQ=="
+    engine.settings = replace(engine.settings, webhooks=parse_targets("PGBUS_WEBHOOKS", [
+        {"name": "ops", "url": "http://127.0.0.1:9/hook", "secret": secret, "events": ["attention", "step_failed"]},
+        {"name": "chat", "url": "https://hooks.slack.com/services/T0/B0/X", "format": "slack",
+         "classes": ["FailsUntil"]}]))
+    notify.send_test(engine, "ops", "dashboard:test")

@@ -23,6 +23,7 @@ from pgbus_flask.web import helpers
 from tests.flow_workflows import TenantSync
 from tests.support import TRANSLATIONS, settings_for
 from tests.support.seeds import stall_and_time_out
+from tests.support.webhooks import with_a_delivery
 from tests.support.webtools import CLOCK, csrf, engine_of, seed_every_state, sql, text_of
 from tests.workflows import ThreeSteps
 
@@ -77,9 +78,11 @@ def test_every_page_is_in_the_viewers_language(app: Flask, locale: str) -> None:
     batch = re.search(r'href="(/pgbus/batches/\d+)"', client.get(f"/pgbus/runs/{ids['waiting_batch']}").get_data(
         as_text=True))
     assert batch
+    with_a_delivery(app.extensions["pgbus"])
     token = csrf(client)
     pages = {url: client.get(url + ("&" if "?" in url else "?") + f"locale={locale}")
-             for url in ["/pgbus/", "/pgbus/runs", "/pgbus/attention", "/pgbus/limits", batch.group(1),
+             for url in ["/pgbus/", "/pgbus/runs", "/pgbus/attention", "/pgbus/limits", "/pgbus/notifications",
+                         batch.group(1),
                          "/pgbus/runs?status=bogus",
                          "/pgbus/runs/00000000-0000-0000-0000-000000000000"]
              + [f"/pgbus/runs/{i}" for i in ids.values()]}

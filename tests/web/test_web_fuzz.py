@@ -29,6 +29,7 @@ from werkzeug.exceptions import BadRequest
 from pgbus_flask.web import inputs
 from tests.support import work
 from tests.support.schedule_helpers import Declare
+from tests.support.webhooks import with_a_delivery
 from tests.support.webtools import csrf, engine_of, sql
 from tests.workflows import FailsUntil, FansOut, PausesItself, WaitsForPayment
 
@@ -196,8 +197,9 @@ def test_no_hostile_value_breaks_a_route_or_changes_what_it_must_not(app: Flask,
     # The forms the pages offer, by the endpoint they post to: their fields and valid values.
     adapter = app.url_map.bind("localhost")
     forms: dict[tuple[str, str], dict[str, str]] = {}
+    with_a_delivery(engine_of(app))  # webhook targets: the Notifications page offers its test form
     for page in (f"/pgbus/runs/{seeded['paused']}", f"/pgbus/runs/{seeded['waiting']}", "/pgbus/attention",
-                 "/pgbus/schedules/Fuzzed"):
+                 "/pgbus/schedules/Fuzzed", "/pgbus/notifications"):
         for action, fields in forms_of(client.get(page).get_data(as_text=True)):
             endpoint, values = adapter.match(urlsplit(action).path, method="POST")
             key = (endpoint, str(values.get("action", "")))
