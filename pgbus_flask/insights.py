@@ -219,6 +219,7 @@ class _Folding:
     def __init__(self, result: Insights, step_names: list[str]) -> None:
         self.result = result
         self.steps: dict[str, StepInsight] = {name: StepInsight(name) for name in step_names}
+        self.declared = len(step_names)
         self.durations: dict[str, dict[int, int]] = {}
         self.waits: dict[str, dict[int, int]] = {}
         self.longest: dict[str, float] = {}
@@ -260,7 +261,9 @@ class _Folding:
             insight.queue_p50_ms = percentile(self.waits.get(name, {}), 0.5, self.longest_wait.get(name))
             insight.queue_p95_ms = percentile(self.waits.get(name, {}), 0.95, self.longest_wait.get(name))
             insight.errors.sort(key=lambda item: (-item[1], item[0]))
-        ordered = list(self.steps.values())
+        # the declared steps in their order, then the others by name (the rows come in no set order)
+        listed = list(self.steps.values())
+        ordered = listed[:self.declared] + sorted(listed[self.declared:], key=lambda insight: insight.step)
         result = self.result
         # the funnel: runs started in the window are the ones that reached the first step
         result.funnel_started = ordered[0].reached if ordered else 0
