@@ -500,14 +500,19 @@ class Database:
         """
         outer = _current.get()
         if outer is not None and outer.database is self and (conn is None or conn is outer.conn):
+            rolled_back = False
             with outer.conn.transaction():
                 tx = Transaction(self, outer.conn, outer)
                 token = _current.set(tx)
                 try:
                     yield tx
+                except psycopg.Rollback:  # psycopg rolls the savepoint back and swallows it: so do its rows
+                    rolled_back = True
+                    raise
                 finally:
                     _current.reset(token)
-            tx._merge_into(outer)
+            if not rolled_back:
+                tx._merge_into(outer)
             return
         if conn is not None:
             if conn.info.transaction_status != pq.TransactionStatus.IDLE:
@@ -535,11 +540,17 @@ class Database:
                 yield tx
             return
         tx = Transaction(self, conn, None)
+        rolled_back = False
         with self._translated(), self._current_is(tx):
             with conn.transaction():
-                yield tx
+                try:
+                    yield tx
+                except psycopg.Rollback:  # psycopg rolls back and swallows it: nothing committed, nothing to send
+                    rolled_back = True
+                    raise
                 tx._flush()
-        self._run_callbacks(tx)
+        if not rolled_back:
+            self._run_callbacks(tx)
 
     @contextmanager
     def _pipelined(self, conn: psycopg.Connection[Any]) -> Iterator[Transaction]:
@@ -553,6 +564,10 @@ class Database:
                     with conn.pipeline():
                         tx._flush()
                         conn.execute("COMMIT", prepare=AFTER_A_FAILURE)
+            except psycopg.Rollback:  # as psycopg's own blocks do: rolled back quietly, nothing to send
+                if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                    conn.execute("ROLLBACK")
+                return
             except BaseException:
                 if conn.info.transaction_status != pq.TransactionStatus.IDLE:
                     with contextlib.suppress(psycopg.Error):

@@ -680,7 +680,7 @@ class EngineModel(RuleBasedStateMachine):
                         passed.append(verb)  # allowed; another run of the subject is ongoing
                     except ActionNotAllowed:
                         pass
-                    raise psycopg.Rollback  # the refresh is only looked at
+                    raise Rollback
             except Rollback:
                 pass
         assert passed == run.available_actions, f"verbs that pass {passed} != available_actions {run.available_actions}"
@@ -867,7 +867,7 @@ class EngineModel(RuleBasedStateMachine):
                     again = conn.execute("SELECT attention_reason, attention_since, status, updated_at FROM"
                                          " pgbus_workflows WHERE workflow_id = %s", (run["workflow_id"],)).fetchone()
                     lines.append(f"  refreshed now: {again}")
-                    raise Rollback
+                    raise psycopg.Rollback  # the refresh is only looked at
                 events = [(e["id"], e["event"], e["actor"], e["step_name"], e["created_at"].time().isoformat())
                           for e in world.events_of[run["workflow_id"]]]
                 lines.append(f"  events of {run['workflow_id']}: {events}")

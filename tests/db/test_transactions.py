@@ -64,6 +64,28 @@ def test_nested_rollback_drops_only_its_own_callbacks(probe: Engine) -> None:
         assert [r[0] for r in conn.execute("SELECT n FROM tx_probe ORDER BY n")] == [1, 3]
 
 
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_psycopg_rollback_rolls_back_quietly_and_fires_no_callback(probe: Engine, pipeline: bool) -> None:
+    """``raise psycopg.Rollback`` ends a block as psycopg's own blocks do: rolled back, no error, and
+    nothing sent as if it had committed (a rolled-back cancel once sent its after-commit work)."""
+    seen: list[str] = []
+    with probe.db.transaction(pipeline=pipeline) as tx:
+        tx.execute("INSERT INTO tx_probe VALUES (1)")
+        tx.after_commit(lambda: seen.append("fired"))
+        raise psycopg.Rollback
+    assert seen == [] and count(probe) == 0
+    with probe.db.transaction() as outer:
+        outer.execute("INSERT INTO tx_probe VALUES (2)")
+        outer.after_commit(lambda: seen.append("outer"))
+        with probe.db.transaction() as inner:
+            inner.execute("INSERT INTO tx_probe VALUES (3)")
+            inner.after_commit(lambda: seen.append("inner rolled back"))
+            raise psycopg.Rollback
+    assert seen == ["outer"]
+    with probe.db.connection() as conn:
+        assert [r[0] for r in conn.execute("SELECT n FROM tx_probe ORDER BY n")] == [2]
+
+
 def test_app_owned_connection_commit_decides(probe: Engine, pg_url: str) -> None:
     seen: list[int] = []
     with psycopg.connect(pg_url) as app_conn:
