@@ -187,7 +187,7 @@ def _turn(engine: Engine, tx: db.Transaction, targets: tuple[Target, ...], notic
                     data = data or messages.run_message(engine.settings, notice)
                     made.append(_add(engine, tx, target, messages.PER_RUN[kind], data, now))
         else:
-            group = signals.group_of({**notice, "workflow_class": notice["workflow_class"]})
+            group = signals.group_of(notice)
             entered[group] = entered.get(group, 0) + (kind == "run_needs_attention")
     for row in db.fetch_all(tx, "notify_due_groups", (BATCH,)):
         entered.setdefault((row["workflow_class"], row["step"], row["reason"], row["error_class"]), 0)
