@@ -20,7 +20,7 @@ import click
 import redis.exceptions
 from rq.utils import import_attribute
 
-from pgbus_flask import flow, metrics
+from pgbus_flask import flow, metrics, notify
 from pgbus_flask.config import Settings, redact
 from pgbus_flask.engine import Engine
 from pgbus_flask.errors import PgbusError
@@ -125,6 +125,11 @@ def set_up(app_spec: str | None, worker_class: str | None) -> tuple[Any, Engine,
         engine = Engine(Settings.from_environ()).make_default()
     for module in engine.settings.imports:
         importlib.import_module(module)
+    if engine.settings.webhooks:  # before any step runs: the triggers write outbox rows for declared targets
+        try:
+            notify.declare(engine)
+        except Exception as exc:  # PostgreSQL not there yet: not a reason to refuse to start
+            log.warning("pgbus-worker: webhook targets not declared yet (%s); the sweep declares them", exc)
     return app, engine, import_attribute(worker_class or engine.settings.worker_class)
 
 

@@ -7,6 +7,7 @@ import contextlib
 import os
 import shlex
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from types import FrameType
@@ -65,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _on_sigterm)
     services = Services(os.environ.get("PGBUS_DATABASE_URL") or "", os.environ.get("PGBUS_REDIS_URL") or "")
+    if args.port:  # the pretend chat the workers tell (a port of 0 is known only once bound: no chat then)
+        reach = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
+        services.app_url = f"http://{f'[{reach}]' if ':' in reach else reach}:{args.port}"
     # The scheduled class, here and (through the environment) in the workers, whose sweep starts it.
     os.environ[SCHEDULES_ENV] = "1"
     declare_schedules()
@@ -82,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
 
             # Bound now, so a busy port fails before seeding; requests wait until serve_forever.
             server = make_server(args.host, args.port, app, threaded=True)
+            # Served from now on, while seeding too: the workers tell the pretend chat (/chat) of the runs
+            # that pause. This thread waits for Ctrl-C.
+            serving = threading.Thread(target=server.serve_forever, name="demo-server", daemon=True)
+            serving.start()
+            services.stops.append(server.shutdown)
             if not args.no_seed:
                 seed_once(engine, services, traffic=not args.no_traffic)
             if args.host not in ("127.0.0.1", "localhost", "::1"):
@@ -89,10 +98,10 @@ def main(argv: list[str] | None = None) -> int:
                     "act on runs (it answers at localhost, at --host and at the names in PGBUS_DASHBOARD_HOSTS)")
             host = f"[{args.host}]" if ":" in args.host else args.host
             say(f"open http://{host}:{server.port}/pgbus/   (Ctrl-C to stop)")
-            try:
-                server.serve_forever()
-            finally:
-                server.server_close()
+            if services.app_url:
+                say(f"what the workers tell a person when runs need one: {services.app_url}/chat")
+            while serving.is_alive():
+                serving.join(0.5)
     except KeyboardInterrupt:
         pass
     except (PgbusError, OSError, TimeoutError, RuntimeError, psycopg.Error) as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -50,6 +51,8 @@ class Services:
     redis_url: str
     stops: list[Callable[[], None]] = field(default_factory=list)
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: The demo app's own address (http://127.0.0.1:5000), once known: its pretend chat is a webhook target.
+    app_url: str = ""
 
     def stop(self) -> None:
         stop_workers(self.workers)
@@ -81,10 +84,20 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def notify_settings(services: Services) -> dict[str, str]:
+    """The demo's webhook target: its own pretend chat (``/chat``), told in Slack's shape, so that the
+    Notifications page has deliveries to show (docs/notifications.md). None without the app's address."""
+    if not services.app_url:
+        return {}
+    target = {"name": "demo-chat", "url": f"{services.app_url}/chat/hook", "format": "slack"}
+    return {"PGBUS_WEBHOOKS": json.dumps([target]), "PGBUS_DASHBOARD_URL": f"{services.app_url}/pgbus",
+            "PGBUS_NOTIFY_INTERVAL": "60"}
+
+
 def worker_env(services: Services) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGBUS_") and k != "FLASK_APP"}
     env.update(DEMO_SETTINGS, PGBUS_DATABASE_URL=services.database_url, PGBUS_REDIS_URL=services.redis_url,
-               PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1", **notify_settings(services))
     return env
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
+from collections import deque
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -10,7 +13,7 @@ from flask import Flask, redirect, request, url_for
 from markupsafe import Markup, escape
 
 from .. import PgBus
-from .services import DEMO_SETTINGS, SUBJECT_PATHS, Services
+from .services import DEMO_SETTINGS, SUBJECT_PATHS, Services, notify_settings
 from .workflows import erp_online, set_erp_online
 
 
@@ -24,6 +27,17 @@ PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{tit
 <style>body{{font:16px/1.5 system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem}}
 @media (prefers-color-scheme:dark){{body{{background:#111;color:#eee}}a{{color:#8ab4f8}}}}</style></head>
 <body><p><a href="/pgbus/">← pgbus dashboard</a></p><h1>{title}</h1>{body}</body></html>"""
+
+
+def said(text: str) -> Markup:
+    """A Slack message's text as HTML: its lines, and its ``<url|label>`` links."""
+    parts, last = [], 0
+    for found in re.finditer(r"<(https?://[^|>]+)\|([^>]*)>", text):
+        parts.append(escape(text[last:found.start()]))
+        parts.append(Markup('<a href="{}">{}</a>').format(found.group(1), found.group(2)))
+        last = found.end()
+    parts.append(escape(text[last:]))
+    return Markup("").join(parts).replace("\n", Markup("<br>"))
 
 
 def page(title: str, body: Markup | str) -> str:
@@ -44,8 +58,11 @@ def create_app(services: Services, hosts: tuple[str, ...] = ()) -> Flask:
         PGBUS_DASHBOARD_HOSTS=hosts,
         PGBUS_SUBJECT_URL=subject_url,
         **DEMO_SETTINGS,
+        **notify_settings(services),
     )
     bus = PgBus(app)
+    chat: deque[tuple[str, str]] = deque(maxlen=100)  # (when, text): what the workers told the pretend chat
+    seen: set[str] = set()  # the webhook-ids received
 
     @app.get("/")
     def index() -> Any:
@@ -69,6 +86,30 @@ def create_app(services: Services, hosts: tuple[str, ...] = ()) -> Flask:
     def erp_switch() -> Any:
         set_erp_online(bus.engine.redis, request.form.get("online") == "1")
         return redirect(url_for("erp"), code=303)
+
+    @app.post("/chat/hook")
+    def chat_hook() -> Any:
+        """The pretend chat's incoming webhook: a Slack-shaped message (``{"text": ...}``)."""
+        message = request.get_json(silent=True)
+        if not isinstance(message, dict) or not isinstance(message.get("text"), str):
+            return {"error": "expected a JSON object with a text"}, 400
+        # pgbus sends a message again with the same webhook-id when an answer came too late: once is enough
+        webhook_id = request.headers.get("webhook-id", "")
+        if webhook_id and webhook_id in seen:
+            return "", 204
+        seen.add(webhook_id)
+        chat.appendleft((datetime.now().strftime("%H:%M:%S"), message["text"]))
+        return "", 204
+
+    @app.get("/chat")
+    def chat_page() -> str:
+        if not chat:
+            return page("Pretend chat", Markup(
+                "<p>Nothing yet. When runs need a person, the workers tell this page (a webhook target in "
+                "Slack's shape: see the dashboard's <a href=\"/pgbus/notifications\">Notifications</a>).</p>"))
+        items = Markup("").join(Markup("<li><small>{}</small><br>{}</li>").format(when, said(text))
+                                for when, text in chat)
+        return page("Pretend chat", Markup("<ul>{}</ul>").format(items))
 
     @app.get("/<kind>/<path:subject_id>")
     def subject_page(kind: str, subject_id: str) -> Any:

@@ -170,6 +170,16 @@ def test_demo_seeds_serves_and_stops_cleanly(demo: Demo, demo_urls: tuple[str, s
         batch = conn.execute("SELECT done, total FROM pgbus_batches WHERE status = 'open'").fetchone()
         assert batch == (7, 12)
 
+    # The workers tell the demo's pretend chat (a webhook target in Slack's shape) of the paused runs.
+    def chat() -> str:
+        with urllib.request.urlopen(url.removesuffix("pgbus/") + "chat", timeout=10) as response:
+            return str(response.read().decode())
+
+    said = wait_until(lambda: (page := chat()).count("needs attention at") >= 3 and page, timeout=60,
+                      message="the pretend chat told of the paused runs")
+    assert "InvoiceSync run needs attention at sync_to_erp: Paused on an error" in said
+    assert f'href="{url}runs?workflow_class=InvoiceSync' in said.replace("&amp;", "&")
+
     below = descendants(demo.proc.pid) | set(workers)  # the workers and their RQ scheduler/horse children
     demo.proc.send_signal(signal.SIGINT)
     assert demo.proc.wait(30) == 0, "".join(demo.output)
