@@ -21,7 +21,8 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 from .errors import ConfigError
 
 #: Locales the dashboard ships catalogs for.
-SHIPPED_LOCALES: tuple[str, ...] = ("en", "da", "de", "es", "fi", "fr", "it", "ja", "nb", "nl", "pt", "sv")
+SHIPPED_LOCALES: tuple[str, ...] = ("en", "ar", "da", "de", "es", "fi", "fr", "he", "it", "ja", "nb", "nl", "pl", "pt",
+                                     "sv", "zh_Hans")
 
 
 @dataclass(frozen=True)

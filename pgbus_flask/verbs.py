@@ -60,12 +60,12 @@ class Param:
 @dataclass(frozen=True)
 class BulkWords:
     """A bulk verb's words over an attention group (msgids; pairs are singular and plural, with
-    ``%(num)d``): a paused group has an error class, an overdue or waiting one does not, and one run
+    ``%(num)s``): a paused group has an error class, an overdue or waiting one does not, and one run
     has sentences of its own ("all" is never said of one)."""
 
     #: The button on a group of one run.
     one: str
-    #: The button on several: "Resume these %(num)d runs".
+    #: The button on several: "Resume these %(num)s runs".
     button: tuple[str, str]
     #: The question on one run, paused on ``%(error)s`` / with no error class.
     one_error: str
@@ -156,12 +156,12 @@ VERBS: tuple[Verb, ...] = (
          C_("action", "Resume"), needs_class=True, needs=(_STEP_EXISTS,),
          confirm=N_("Resume this %(workflow)s run?"), label_from_plan=True, button=0, primary=True,
          bulk=BulkWords(
-             N_("Resume this run"), NP_("Resume %(num)d run", "Resume these %(num)d runs"),
+             N_("Resume this run"), NP_("Resume %(num)s run", "Resume these %(num)s runs"),
              N_("Resume the run paused at %(step)s on %(error)s?"), N_("Resume the run paused at %(step)s?"),
-             NP_("Resume %(num)d run paused at %(step)s on %(error)s?",
-                 "Resume all %(num)d runs paused at %(step)s on %(error)s?"),
-             NP_("Resume %(num)d run paused at %(step)s?", "Resume all %(num)d runs paused at %(step)s?"),
-             N_("Resume the %(num)d oldest of these runs at %(step)s? The others stay as they are.")),
+             NP_("Resume %(num)s run paused at %(step)s on %(error)s?",
+                 "Resume all %(num)s runs paused at %(step)s on %(error)s?"),
+             NP_("Resume %(num)s run paused at %(step)s?", "Resume all %(num)s runs paused at %(step)s?"),
+             N_("Resume the %(num)s oldest of these runs at %(step)s? The others stay as they are.")),
          returns=PLAN, shown=0),
     Verb("resume_at", states.ONGOING, "Cancel the open step and run STEP fresh.",
          "Cancel the run's open step and run `step` fresh (a new attempt), then go on from there.",
@@ -189,12 +189,12 @@ VERBS: tuple[Verb, ...] = (
          confirm=N_("Skip %(step)s and go on with the next step?"), children="kept", button=4, destructive=True,
          bulk=BulkWords(
              N_("Skip the step in this run"),
-             NP_("Skip the step in %(num)d run", "Skip the step in these %(num)d runs"),
+             NP_("Skip the step in %(num)s run", "Skip the step in these %(num)s runs"),
              N_("Skip %(step)s in the run paused there on %(error)s?"), N_("Skip %(step)s in this run?"),
-             NP_("Skip %(step)s in %(num)d run paused there on %(error)s?",
-                 "Skip %(step)s in all %(num)d runs paused there on %(error)s?"),
-             NP_("Skip %(step)s in %(num)d run?", "Skip %(step)s in all %(num)d runs?"),
-             N_("Skip %(step)s in the %(num)d oldest of these runs? The others stay as they are.")),
+             NP_("Skip %(step)s in %(num)s run paused there on %(error)s?",
+                 "Skip %(step)s in all %(num)s runs paused there on %(error)s?"),
+             NP_("Skip %(step)s in %(num)s run?", "Skip %(step)s in all %(num)s runs?"),
+             N_("Skip %(step)s in the %(num)s oldest of these runs? The others stay as they are.")),
          shown=4),
     Verb("rerun", states.TERMINAL, "Run a finished or cancelled run again, from its first step or --step.",
          "Run a finished or cancelled run again, from its first step or from `step`, with new attempts.",
@@ -210,12 +210,12 @@ VERBS: tuple[Verb, ...] = (
          label_open_step=N_("Cancel the run and its open step %(step)s"), children="cancelled", button=6,
          destructive=True,
          bulk=BulkWords(
-             N_("Cancel this run"), NP_("Cancel %(num)d run", "Cancel these %(num)d runs"),
+             N_("Cancel this run"), NP_("Cancel %(num)s run", "Cancel these %(num)s runs"),
              N_("Cancel the run paused at %(step)s on %(error)s?"), N_("Cancel the run at %(step)s?"),
-             NP_("Cancel %(num)d run paused at %(step)s on %(error)s?",
-                 "Cancel all %(num)d runs paused at %(step)s on %(error)s?"),
-             NP_("Cancel %(num)d run at %(step)s?", "Cancel all %(num)d runs at %(step)s?"),
-             N_("Cancel the %(num)d oldest of these runs at %(step)s? The others stay as they are.")),
+             NP_("Cancel %(num)s run paused at %(step)s on %(error)s?",
+                 "Cancel all %(num)s runs paused at %(step)s on %(error)s?"),
+             NP_("Cancel %(num)s run at %(step)s?", "Cancel all %(num)s runs at %(step)s?"),
+             N_("Cancel the %(num)s oldest of these runs at %(step)s? The others stay as they are.")),
          shown=7),
     Verb("upgrade", states.ONGOING,
          "Continue a run that started on an older definition of its class on the current one.",

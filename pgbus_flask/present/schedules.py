@@ -39,6 +39,19 @@ CONFIRMS = {
 }
 
 
+#: An interval in words. Not a count of things (a plural message for "Every %(num)s hours" came out as
+#: "Toutes les 1000000 d'heures", the form CLDR gives French for whole millions of things): "every
+#: day" has a sentence of its own, and every other interval is said around CLDR's own unit ("6 hours",
+#: "2 godziny"), with one message per unit so that a language can agree "every" with its gender.
+INTERVAL_UNITS = (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1))
+INTERVAL_ONE = {"day": C_("interval", "Every day"), "hour": C_("interval", "Every hour"),
+                "minute": C_("interval", "Every minute"), "second": C_("interval", "Every second")}
+INTERVAL_MANY = {"day": C_("interval in days", "Every %(period)s"),
+                 "hour": C_("interval in hours", "Every %(period)s"),
+                 "minute": C_("interval in minutes", "Every %(period)s"),
+                 "second": C_("interval in seconds", "Every %(period)s")}
+
+
 def state_of(s: Schedule) -> str:
     return "undeclared" if not s.declared else "paused" if s.paused else "active"
 
@@ -55,13 +68,13 @@ def timing(words: Words, s: Schedule | Mapping[str, Any]) -> Markup:
     if kind != "interval":
         return markup(words.ugettext("%(cron)s in %(timezone)s"), cron=code(text), timezone=bdi(zone))
     seconds = int(text)
-    if seconds % 86400 == 0:
-        return escape(words.ngettext("Every %(num)d day", "Every %(num)d days", seconds // 86400))
-    if seconds % 3600 == 0:
-        return escape(words.ngettext("Every %(num)d hour", "Every %(num)d hours", seconds // 3600))
-    if seconds % 60 == 0:
-        return escape(words.ngettext("Every %(num)d minute", "Every %(num)d minutes", seconds // 60))
-    return escape(words.ngettext("Every %(num)d second", "Every %(num)d seconds", seconds))
+    for unit, size in INTERVAL_UNITS:
+        if seconds % size == 0:
+            count = seconds // size
+            if count == 1:
+                return escape(words.label(INTERVAL_ONE, unit))
+            return escape(words.label(INTERVAL_MANY, unit) % {"period": words.period(seconds)})
+    raise AssertionError("a unit of one second divides every interval")
 
 
 def confirm(words: Words, action: str, s: Schedule, to: str = PLAIN) -> str:

@@ -27,36 +27,44 @@ from .words import C_, N_, Words, bdi, code, isolated, markup
 
 log = logging.getLogger("pgbus_flask.web")
 
+#: Each kind of thing has its status words in a context of its own (run, step attempt, signal, child job),
+#: so that a language with genders agrees each with its noun: "Cancelada" (la ejecución) beside
+#: "Cancelado" (el paso) is right in Spanish only when they name different things.
 RUN_STATUS_LABELS = {
-    "ready": C_("status", "Ready"), "running": C_("status", "Running"), "waiting": C_("status", "Waiting"),
-    "paused": C_("status", "Paused"), "finished": C_("status", "Finished"), "cancelled": C_("status", "Cancelled"),
+    "ready": C_("run status", "Ready"), "running": C_("run status", "Running"), "waiting": C_("run status", "Waiting"),
+    "paused": C_("run status", "Paused"), "finished": C_("run status", "Finished"),
+    "cancelled": C_("run status", "Cancelled"),
 }
 RUN_STATUS_TONES = {
     "ready": "blue", "running": "blue", "waiting": "yellow", "paused": "yellow", "finished": "green",
     "cancelled": "gray",
 }
 BADGE_LABELS = {
-    "scheduled": C_("status", "Scheduled"), "queued": C_("status", "Queued"), "overdue": C_("status", "Overdue"),
-    "running": C_("status", "Running"), "possibly_stalled": C_("status", "Possibly stalled"),
-    "waiting": C_("status", "Waiting"), "paused": C_("status", "Paused"),
-    "paused_error": C_("status", "Failed, paused"), "stalled": C_("status", "Stalled"),
-    "finished": C_("status", "Finished"), "cancelled": C_("status", "Cancelled"),
+    "scheduled": C_("run status", "Scheduled"), "queued": C_("run status", "Queued"),
+    "overdue": C_("run status", "Overdue"),
+    "running": C_("run status", "Running"), "possibly_stalled": C_("run status", "Possibly stalled"),
+    "waiting": C_("run status", "Waiting"), "paused": C_("run status", "Paused"),
+    "paused_error": C_("run status", "Failed, paused"), "stalled": C_("run status", "Stalled"),
+    "finished": C_("run status", "Finished"), "cancelled": C_("run status", "Cancelled"),
 }
 STEP_STATUS_LABELS = {
-    "scheduled": C_("status", "Scheduled"), "in_progress": C_("status", "In progress"),
-    "waiting": C_("status", "Waiting"), "completed": C_("status", "Completed"), "failed": C_("status", "Failed"),
-    "skipped": C_("status", "Skipped"), "cancelled": C_("status", "Cancelled"),
+    "scheduled": C_("step status", "Scheduled"), "in_progress": C_("step status", "In progress"),
+    "waiting": C_("step status", "Waiting"), "completed": C_("step status", "Completed"),
+    "failed": C_("step status", "Failed"),
+    "skipped": C_("step status", "Skipped"), "cancelled": C_("step status", "Cancelled"),
 }
 STEP_TONES = {
     "scheduled": "gray", "in_progress": "blue", "waiting": "yellow", "completed": "green", "failed": "red",
     "skipped": "gray", "cancelled": "gray",
 }
 SIGNAL_STATUS_LABELS = {
-    "pending": C_("status", "Pending"), "claimed": C_("status", "Claimed"), "consumed": C_("status", "Consumed"),
+    "pending": C_("signal status", "Pending"), "claimed": C_("signal status", "Claimed"),
+    "consumed": C_("signal status", "Consumed"),
 }
 SIGNAL_TONES = {"pending": "yellow", "claimed": "blue", "consumed": "green"}
 CHILD_STATUS_LABELS = {
-    "pending": C_("status", "Pending"), "done": C_("status", "Done"), "failed": C_("status", "Failed"),
+    "pending": C_("child job status", "Pending"), "done": C_("child job status", "Done"),
+    "failed": C_("child job status", "Failed"),
 }
 CHILD_TONES = {"pending": "yellow", "done": "green", "failed": "red"}
 STUCK_REASON_LABELS = {
@@ -179,21 +187,21 @@ NEXT_MESSAGES = {
 #: A run in line for a concurrency slot, by the limit's kind (``run``: a class's limit, said of the
 #: class's runs; ``step``: a step's) and whether the limit has a key; plural by the limit's capacity.
 SLOT_MESSAGES: dict[tuple[str, bool], tuple[str, str]] = {
-    ("run", True): NP_("Waiting for a slot: %(limit)s runs at most %(num)d at once for key %(key)s "
+    ("run", True): NP_("Waiting for a slot: %(limit)s runs at most %(num)s at once for key %(key)s "
                        "(%(running)s running, %(waiting)s waiting), for %(duration)s.",
-                       "Waiting for a slot: %(limit)s runs at most %(num)d at once for key %(key)s "
+                       "Waiting for a slot: %(limit)s runs at most %(num)s at once for key %(key)s "
                        "(%(running)s running, %(waiting)s waiting), for %(duration)s."),
-    ("run", False): NP_("Waiting for a slot: %(limit)s runs at most %(num)d at once "
+    ("run", False): NP_("Waiting for a slot: %(limit)s runs at most %(num)s at once "
                         "(%(running)s running, %(waiting)s waiting), for %(duration)s.",
-                        "Waiting for a slot: %(limit)s runs at most %(num)d at once "
+                        "Waiting for a slot: %(limit)s runs at most %(num)s at once "
                         "(%(running)s running, %(waiting)s waiting), for %(duration)s."),
-    ("step", True): NP_("Waiting for a slot: %(limit)s allows %(num)d at once for key %(key)s "
+    ("step", True): NP_("Waiting for a slot: %(limit)s allows %(num)s at once for key %(key)s "
                         "(%(running)s running, %(waiting)s waiting), for %(duration)s.",
-                        "Waiting for a slot: %(limit)s allows %(num)d at once for key %(key)s "
+                        "Waiting for a slot: %(limit)s allows %(num)s at once for key %(key)s "
                         "(%(running)s running, %(waiting)s waiting), for %(duration)s."),
-    ("step", False): NP_("Waiting for a slot: %(limit)s allows %(num)d at once "
+    ("step", False): NP_("Waiting for a slot: %(limit)s allows %(num)s at once "
                          "(%(running)s running, %(waiting)s waiting), for %(duration)s.",
-                         "Waiting for a slot: %(limit)s allows %(num)d at once "
+                         "Waiting for a slot: %(limit)s allows %(num)s at once "
                          "(%(running)s running, %(waiting)s waiting), for %(duration)s."),
 }
 #: A run in line for a rate whose wake-up has no moment yet.
@@ -201,14 +209,14 @@ RATE_NO_TIME = N_("Rate-limited: %(rate)s allows %(per)s; %(step)s starts when i
 #: A rate's capacity in words, by its window in seconds ("10 a second"); any other window is said
 #: with :data:`RATE_EVERY` ("10 every 30 seconds"). Plural by the count.
 RATE_WINDOWS: dict[float, tuple[str, str]] = {
-    1: NP_("%(num)d a second", "%(num)d a second"),
-    60: NP_("%(num)d a minute", "%(num)d a minute"),
-    3600: NP_("%(num)d an hour", "%(num)d an hour"),
-    86400: NP_("%(num)d a day", "%(num)d a day"),
+    1: NP_("%(num)s a second", "%(num)s a second"),
+    60: NP_("%(num)s a minute", "%(num)s a minute"),
+    3600: NP_("%(num)s an hour", "%(num)s an hour"),
+    86400: NP_("%(num)s a day", "%(num)s a day"),
 }
-RATE_EVERY = NP_("%(num)d every %(period)s", "%(num)d every %(period)s")
+RATE_EVERY = NP_("%(num)s every %(period)s", "%(num)s every %(period)s")
 #: A concurrency limit's capacity in words.
-AT_ONCE = NP_("%(num)d at once", "%(num)d at once")
+AT_ONCE = NP_("%(num)s at once", "%(num)s at once")
 #: The kinds of limit (``pgbus_limits.kind``), as the Limits page names them.
 LIMIT_KIND_LABELS = {
     "run": C_("limit kind", "Class limit"), "step": C_("limit kind", "Step limit"), "rate": C_("limit kind", "Rate"),
@@ -242,7 +250,7 @@ def _in_line_sentence(words: Words, presentation: Presentation, args: dict[str, 
     capacity = int(given["capacity"])
     keyed = given.get("key") not in (None, "")
     message = SLOT_MESSAGES[("run" if given.get("kind") == "run" else "step", keyed)]
-    return markup(words.ungettext(*message, capacity), limit=args["limit"], num=capacity,
+    return markup(words.ungettext(*message, capacity), limit=args["limit"], num=words.number(capacity),
                   key=args.get("key", ""), running=words.number(int(given["running"])),
                   waiting=words.number(int(given["waiting"])), duration=args["duration"])
 
@@ -272,17 +280,17 @@ def next_sentence(words: Words, presentation: Presentation, now: datetime,
             args[key] = value
     if presentation.next_key == "waiting_children":
         total = int(presentation.next_args["total"])
-        return markup(words.ungettext("Waiting at %(step)s for %(num)d child run to end, for %(duration)s.",
-                                "Waiting at %(step)s for %(num)d child runs to end, for %(duration)s.", total),
-                      step=args["step"], num=total, duration=args["duration"])
+        return markup(words.ungettext("Waiting at %(step)s for %(num)s child run to end, for %(duration)s.",
+                                "Waiting at %(step)s for %(num)s child runs to end, for %(duration)s.", total),
+                      step=args["step"], num=words.number(total), duration=args["duration"])
     if presentation.next_key in ("waiting_slot", "waiting_rate"):
         return _in_line_sentence(words, presentation, args)
     if presentation.next_key == "waiting_batch":
         args["batch"] = batch_link(presentation.next_args["batch"], presentation.next_args.get("batch_id"), batch_url)
         total = int(presentation.next_args["total"])
-        return markup(words.ungettext("Waiting for batch %(batch)s (%(done)s of %(num)d job done).",
-                                "Waiting for batch %(batch)s (%(done)s of %(num)d jobs done).", total),
-                      batch=args["batch"], done=args["done"], num=total)
+        return markup(words.ungettext("Waiting for batch %(batch)s (%(done)s of %(num)s job done).",
+                                "Waiting for batch %(batch)s (%(done)s of %(num)s jobs done).", total),
+                      batch=args["batch"], done=args["done"], num=words.number(total))
     return markup(words.ugettext(NEXT_MESSAGES[presentation.next_key]), **args)
 
 
@@ -366,7 +374,7 @@ HTML = "html"
 
 def fill(translated: str, to: str, **values: Any) -> str:
     """A translated message with ``values`` filled in for ``to`` (:data:`PLAIN`, :data:`TEXT` or
-    :data:`HTML`). Ints (``%(num)d``) and, in HTML, :class:`Markup` go in as they are."""
+    :data:`HTML`). Ints (``%(num)s``) and, in HTML, :class:`Markup` go in as they are."""
     if to == HTML:
         return markup(translated, **{k: v if isinstance(v, (int, Markup)) else bdi(v) for k, v in values.items()})
     if to == TEXT:
@@ -477,11 +485,11 @@ def bulk_confirm(words: Words, action: str, group: AttentionGroup, to: str = PLA
     said = _bulk(action)
     n, step, error = group.count, group.step_name, group.error_class
     if group.capped or n > IDS_LIMIT:
-        return fill(words.ugettext(said.oldest), to, num=IDS_LIMIT, step=step)
+        return fill(words.ugettext(said.oldest), to, num=words.number(IDS_LIMIT), step=step)
     values: dict[str, Any] = {"step": step, "error": error} if error else {"step": step}
     if n == 1:
         return fill(words.ugettext(said.one_error if error else said.one_plain), to, **values)
-    return fill(words.ungettext(*(said.many_error if error else said.many_plain), n), to, num=n, **values)
+    return fill(words.ungettext(*(said.many_error if error else said.many_plain), n), to, num=words.number(n), **values)
 
 
 def action_confirm(words: Words, action: str, workflow_class: str, step: str | None, to: str = PLAIN,
@@ -496,10 +504,10 @@ def action_confirm(words: Words, action: str, workflow_class: str, step: str | N
     question = fill(words.ugettext(asked), to, workflow=workflow_class, step=step or "")
     if children and verb.children == "cancelled":
         return question + " " + words.ngettext("Its ongoing child run is cancelled too.",
-                                         "Its %(num)d ongoing child runs are cancelled too.", children)
+                                         "Its %(num)s ongoing child runs are cancelled too.", children)
     if children and verb.children == "kept":
         return question + " " + words.ngettext("Its ongoing child run keeps running.",
-                                         "Its %(num)d ongoing child runs keep running.", children)
+                                         "Its %(num)s ongoing child runs keep running.", children)
     return question
 
 

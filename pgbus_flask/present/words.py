@@ -81,7 +81,7 @@ def markup(translated: str, /, **variables: Any) -> Markup:
 def code(value: Any) -> Markup:
     """``value`` as escaped ``<code>`` (isolated: the stylesheet gives it ``unicode-bidi: isolate``)."""
     text = Markup(_balanced(value)) if isinstance(value, Markup) else _balanced(str(value))
-    return Markup('<code class="pgbus-code">%s</code>') % text
+    return Markup('<code class="pgbus-code" dir="ltr">%s</code>') % text
 
 
 # Bidi isolates: FSI opens one, PDI closes it (or whichever opened last).
@@ -169,7 +169,7 @@ class Words:
         return _format(text, variables) if variables else text
 
     def ngettext(self, singular: str, plural: str, num: int, /, **variables: Any) -> str:
-        """The plural form for ``num``; ``%(num)d`` is always available."""
+        """The plural form for ``num``; ``%(num)s`` is always available."""
         text = self.translations.ngettext(singular, plural, num)
         return _format(text, {"num": num, **variables})
 
@@ -182,7 +182,7 @@ class Words:
     def npgettext(self, context: str, singular: str, plural: str, num: int, /, **variables: Any) -> str:
         """:meth:`ngettext` in the role ``context``."""
         text = str(self.translations.npgettext(context, singular, plural, num))
-        return _format(text, {"num": num, **variables})
+        return _format(text, {"num": self.number(num), **variables})
 
     def ugettext(self, message: str) -> str:
         """The translation of ``message``, unformatted (for :func:`markup`; an extraction keyword)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, g
+from markupsafe import Markup
 
 from .. import queries
 from . import i18n
@@ -40,6 +41,19 @@ def register(bp: Blueprint, engine: Engine) -> None:
     def pgbus_gettext(message: str, **variables: Any) -> str:
         _locale()
         return i18n.gettext(message, **variables)
+
+    @bp.app_template_global("pgbus_number")
+    def pgbus_number(value: int) -> str:
+        """A count written as the viewer's locale writes numbers (grouped; CLDR's digits)."""
+        _locale()
+        return i18n.number(value)
+
+    @bp.app_template_global("pgbus_lang_attrs")
+    def pgbus_lang_attrs() -> Markup:
+        """``lang`` and ``dir`` of the card's words, which may differ from the host page's own."""
+        _locale()
+        locale = i18n.current_locale()
+        return Markup('lang="%s" dir="%s"') % (i18n.language_tag(locale), i18n.text_direction(locale))
 
     @bp.app_template_global("pgbus_ngettext")
     def pgbus_ngettext(singular: str, plural: str, num: int, **variables: Any) -> str:

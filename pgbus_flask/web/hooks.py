@@ -124,6 +124,8 @@ def template_context() -> dict[str, Any]:
         "npgettext": i18n.npgettext,
         "system_message": lambda code, params, english: messages.system_message(code, params, english, now),
         "pgbus_locale": i18n.current_locale(), "pgbus_locales": settings.locales,
+        "pgbus_lang": i18n.language_tag(i18n.current_locale()), "pgbus_dir": i18n.text_direction(i18n.current_locale()),
+        "language_tag": i18n.language_tag, "text_direction": i18n.text_direction,
         "locale_name": i18n.locale_name, "csrf_token": security.csrf_token, "actor": g.get("pgbus_actor"),
         "time_tag": lambda moment: i18n.time_tag(moment, now), "absolute": i18n.absolute,
         "duration": i18n.duration, "number": i18n.number, "counted": i18n.counted,

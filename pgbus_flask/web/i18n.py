@@ -58,14 +58,21 @@ def choose_locale(offered: tuple[str, ...], default: str) -> str:
 def accepted(offered: tuple[str, ...]) -> str | None:
     """The offered locale the browser's Accept-Language prefers, a region falling back on its
     language: "sv-SE,en;q=0.5" picks ``sv``, "pt-BR" picks ``pt``; None when nothing matches."""
+    by_tag = {language_tag(loc).lower(): loc for loc in offered}
     for value, quality in request.accept_languages:  # best first
         if quality <= 0:
             continue
         tag = value.replace("_", "-").lower()
-        for candidate in (tag, tag.split("-")[0]):
-            if candidate in offered:
-                return candidate
+        for candidate in (tag, _SCRIPTS.get(tag, ""), tag.split("-")[0]):
+            if candidate in by_tag:
+                return by_tag[candidate]
     return None
+
+
+#: Browser tags that name a script by their region or alone: "zh-CN" and "zh" are written in
+#: simplified characters (zh-Hans); "zh-TW" and "zh-HK" are not, and match nothing we ship.
+_SCRIPTS = {"zh": "zh-hans", "zh-cn": "zh-hans", "zh-sg": "zh-hans", "zh-my": "zh-hans",
+            "zh-hans-cn": "zh-hans", "zh-hans-sg": "zh-hans", "zh-tw": "-", "zh-hk": "-", "zh-mo": "-"}
 
 
 def current_locale() -> str:
@@ -102,7 +109,7 @@ _ = gettext
 
 
 def ngettext(singular: str, plural: str, num: int, /, **variables: Any) -> str:
-    """The plural form for ``num``; ``%(num)d`` is always available."""
+    """The plural form for ``num``; ``%(num)s`` is always available."""
     return words().ngettext(singular, plural, num, **variables)
 
 
@@ -184,6 +191,25 @@ def duration(seconds: float) -> str:
     return words().duration(seconds)
 
 
+#: Names a menu of languages shows where CLDR's own display name is not what speakers look for
+#: ("中文 (简体)" is how CLDR names it; Chinese sites' menus say 简体中文).
+_OWN_NAMES = {"zh_Hans": "简体中文"}
+
+
 def locale_name(locale: str) -> str:
-    """A locale's own name ("Deutsch", "日本語")."""
-    return str(Locale.parse(locale).get_display_name(locale) or locale)
+    """A locale's own name ("Deutsch", "日本語", "العربية")."""
+    return _OWN_NAMES.get(locale) or str(Locale.parse(locale).get_display_name(locale) or locale)
+
+
+def language_tag(locale: str) -> str:
+    """A locale as a BCP 47 tag for ``lang``/``hreflang`` attributes: ``zh_Hans`` is ``zh-Hans``."""
+    return locale.replace("_", "-")
+
+
+def text_direction(locale: str) -> str:
+    """``rtl`` for a language written right to left (ar, he), else ``ltr``: CLDR's own character order."""
+    return "rtl" if _parsed_locale(locale).text_direction == "rtl" else "ltr"
+
+
+def _parsed_locale(locale: str) -> Locale:
+    return words_for(locale, zone("UTC")).babel_locale

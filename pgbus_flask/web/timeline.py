@@ -22,13 +22,16 @@ from markupsafe import Markup
 from .. import states
 from ..handle import PAGE_SIZE, AttemptBucket
 from .helpers import STEP_STATUS_LABELS
-from .i18n import N_, current_tz, duration, gettext, isolated, ngettext, pgettext
+from .i18n import C_, current_tz, duration, gettext, isolated, ngettext, pgettext
 
 SERIES = ("waited", "queued", "waiting", "paused", "ran_ok", "ran_failed", "running", "cancelled")
+#: What a stretch of an attempt's bar shows, in the words of a step attempt's status (the legend sits
+#: beside the steps table: "Cancelled" is one word in both, agreed with the same noun).
 SERIES_LABELS = {
-    "waited": N_("Waited"), "queued": N_("Queued"), "waiting": N_("Waiting"), "paused": N_("Paused"),
-    "ran_ok": N_("Ran OK"), "ran_failed": N_("Ran, failed"), "running": N_("Running"),
-    "cancelled": N_("Cancelled"),
+    "waited": C_("step status", "Waited"), "queued": C_("step status", "Queued"),
+    "waiting": C_("step status", "Waiting"), "paused": C_("step status", "Paused"),
+    "ran_ok": C_("step status", "Ran OK"), "ran_failed": C_("step status", "Ran, failed"),
+    "running": C_("step status", "Running"), "cancelled": C_("step status", "Cancelled"),
 }
 
 #: The series an attempt's last stretch is drawn in, by its step status.
@@ -135,7 +138,7 @@ Bar = tuple[str, list[tuple[str, datetime, datetime, str]]]
 
 def _tip(name: str, seg: Segment) -> str:
     seconds = (seg.end - seg.start).total_seconds()
-    return (f"{name}: {gettext(SERIES_LABELS[seg.series])}, {duration(seconds)} "
+    return (f"{name}: {pgettext(*SERIES_LABELS[seg.series])}, {duration(seconds)} "
             f"({_clock(seg.start)}–{_clock(seg.end)})")
 
 
@@ -154,7 +157,7 @@ def render(steps: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any
     ]
     paused = paused_intervals(events, now)
     if paused:
-        rows.append((gettext(SERIES_LABELS["paused"]), paused))
+        rows.append((pgettext(*SERIES_LABELS["paused"]), paused))
     return _chart(_bars(rows))
 
 
@@ -182,18 +185,18 @@ def render_buckets(buckets: Sequence[AttemptBucket], events: Sequence[Mapping[st
         n = sum(b.statuses.values())
         counts = ", ".join(f"{labels.get(status, status)}: {count}" for status, count in
                            sorted(b.statuses.items(), key=lambda item: -item[1]))
-        attempts = ngettext("%(num)d attempt", "%(num)d attempts", n)
+        attempts = ngettext("%(num)s attempt", "%(num)s attempts", n)
         tip = f"{name}: {attempts} ({counts}), {_clock(_aware(b.first))}–{_clock(_aware(b.last))}"
         lo = start + width * b.index
         rows.setdefault(name, []).append((bucket_series(b.statuses), lo, lo + width, tip))
     bars: list[Bar] = list(rows.items())
     paused = paused_intervals(events, end)
     if paused:
-        bars += _bars([(gettext(SERIES_LABELS["paused"]), paused)])
+        bars += _bars([(pgettext(*SERIES_LABELS["paused"]), paused)])
     total = sum(sum(b.statuses.values()) for b in buckets)
-    caption = ngettext("%(num)d attempt in all: each stretch of a bar shows how most of the attempts that began "
+    caption = ngettext("%(num)s attempt in all: each stretch of a bar shows how most of the attempts that began "
                        "in it ended.",
-                       "%(num)d attempts in all: each stretch of a bar shows how most of the attempts that began "
+                       "%(num)s attempts in all: each stretch of a bar shows how most of the attempts that began "
                        "in it ended.", total)
     return _chart(bars, (start, end)) + Markup('<p class="muted small" data-testid="timeline-aggregate">%s</p>'
                                                ) % caption
@@ -236,6 +239,6 @@ def _chart(bars: Sequence[Bar], span_of: tuple[datetime, datetime] | None = None
     legend = [Markup('<ul class="pgbus-legend" data-testid="timeline-legend">')]
     for series in SERIES:
         legend.append(Markup('<li><svg width="12" height="12" aria-hidden="true"><rect class="tl-%s" width="12" '
-                             'height="12" rx="2"/></svg> %s</li>') % (series, gettext(SERIES_LABELS[series])))
+                             'height="12" rx="2"/></svg> %s</li>') % (series, pgettext(*SERIES_LABELS[series])))
     legend.append(Markup("</ul>"))
     return Markup("").join([*parts, *legend])

@@ -197,7 +197,7 @@ def test_next_sentence_marks_up_names_and_times_and_escapes_the_rest(ctx: Flask)
                       "since": NOW - timedelta(minutes=3)})
     html = helpers.next_sentence(p, NOW)
     assert "<script>" not in html and "<b>" not in html
-    assert '<code class="pgbus-code">&lt;script&gt;alert(1)&lt;/script&gt;</code>' in html
+    assert '<code class="pgbus-code" dir="ltr">&lt;script&gt;alert(1)&lt;/script&gt;</code>' in html
     assert '<time datetime="2026-05-04T11:57:00+00:00"' in html
     assert text_of(html) == (
         "Paused for 3 minutes: <b>capture</b> failed with <script>alert(1)</script>. Retry it to go on.")

@@ -111,7 +111,7 @@ def test_a_run_in_line_for_its_class_limit_says_for_which_key_and_how_busy_it_is
     expected = (rf"Waiting for a slot: TenantSync runs at most 2 at once for key 42 \(2 running, 3 waiting\), "
                 rf"for {SPAN}\.")
     assert re.fullmatch(expected, header_of(page)), header_of(page)
-    assert '<code class="pgbus-code">TenantSync</code>' in page and "<bdi>42</bdi>" in page
+    assert '<code class="pgbus-code" dir="ltr">TenantSync</code>' in page and "<bdi>42</bdi>" in page
     assert 'data-testid="status-badge" data-value="waiting"' in page
 
     data = client.get(f"/pgbus/api/runs/{waiting.workflow_id}").get_json()
