@@ -374,7 +374,8 @@ HTML = "html"
 
 def fill(translated: str, to: str, **values: Any) -> str:
     """A translated message with ``values`` filled in for ``to`` (:data:`PLAIN`, :data:`TEXT` or
-    :data:`HTML`). Ints (``%(num)s``) and, in HTML, :class:`Markup` go in as they are."""
+    :data:`HTML`). Ints, and in HTML :class:`Markup` (a count the locale wrote, ``escape(words.number(n))``),
+    go in as they are; every other value is isolated."""
     if to == HTML:
         return markup(translated, **{k: v if isinstance(v, (int, Markup)) else bdi(v) for k, v in values.items()})
     if to == TEXT:
@@ -485,11 +486,12 @@ def bulk_confirm(words: Words, action: str, group: AttentionGroup, to: str = PLA
     said = _bulk(action)
     n, step, error = group.count, group.step_name, group.error_class
     if group.capped or n > IDS_LIMIT:
-        return fill(words.ugettext(said.oldest), to, num=words.number(IDS_LIMIT), step=step)
+        return fill(words.ugettext(said.oldest), to, num=escape(words.number(IDS_LIMIT)), step=step)
     values: dict[str, Any] = {"step": step, "error": error} if error else {"step": step}
     if n == 1:
         return fill(words.ugettext(said.one_error if error else said.one_plain), to, **values)
-    return fill(words.ungettext(*(said.many_error if error else said.many_plain), n), to, num=words.number(n), **values)
+    many = said.many_error if error else said.many_plain
+    return fill(words.ungettext(*many, n), to, num=escape(words.number(n)), **values)
 
 
 def action_confirm(words: Words, action: str, workflow_class: str, step: str | None, to: str = PLAIN,

@@ -169,9 +169,10 @@ class Words:
         return _format(text, variables) if variables else text
 
     def ngettext(self, singular: str, plural: str, num: int, /, **variables: Any) -> str:
-        """The plural form for ``num``; ``%(num)s`` is always available."""
+        """The plural form for ``num``; ``%(num)s`` is always available, written as this locale writes
+        numbers ("1,200", "1.200", "1 200"): a count is a number like any other on the page."""
         text = self.translations.ngettext(singular, plural, num)
-        return _format(text, {"num": num, **variables})
+        return _format(text, {"num": self.number(num), **variables})
 
     def pgettext(self, context: str, message: str, /, **variables: Any) -> str:
         """``message`` in its role ``context`` (the same English as a button, an audit event, a

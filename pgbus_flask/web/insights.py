@@ -88,7 +88,12 @@ def class_attention(engine: Engine, workflow_class: str) -> ClassAttention:
 
 def chart(result: engine_insights.Insights, now: datetime) -> Markup:
     """Grouped bars per bucket (started, finished, failed attempts), an axis with the first and
-    last bucket's time, a <title> on each bar; sized by the viewBox, so it scales to any width."""
+    last bucket's time, a <title> on each bar; sized by the viewBox, so it scales to any width.
+
+    Time runs left to right in every language, as on the run's timeline (docs/decisions.md, "Charts
+    in a right-to-left page"): the drawing sits in a ``dir="ltr"`` box, so that its text anchors
+    (the counts end at the axis, the last time ends at the right edge) mean left and right in Arabic
+    and Hebrew too; the legend after it follows the page."""
     buckets = result.buckets
     if not buckets:
         return Markup("")
@@ -98,8 +103,9 @@ def chart(result: engine_insights.Insights, now: datetime) -> Markup:
     slot = (width - left) / len(buckets)
     bar = max(slot / 4, 1)
     labels = {key: gettext(text) for key, text in SERIES}
-    parts = [Markup('<svg class="insights-chart" viewBox="0 0 %s %s" role="img" aria-labelledby="chart-title"'
-                    ' data-testid="throughput-chart" preserveAspectRatio="none">') % (width, height),
+    parts = [Markup('<div dir="ltr"><svg class="insights-chart" viewBox="0 0 %s %s" role="img"'
+                    ' aria-labelledby="chart-title" data-testid="throughput-chart" preserveAspectRatio="none">')
+             % (width, height),
              Markup('<title id="chart-title">%s</title>') % isolated(gettext(
                  "Runs started, runs finished and failed attempts per bucket"))]
     for tick in (0, peak):
@@ -122,7 +128,7 @@ def chart(result: engine_insights.Insights, now: datetime) -> Markup:
                  % (left, height - 6, clock(buckets[0].start, now)))
     parts.append(Markup('<text class="axis" x="%s" y="%s" text-anchor="end">%s</text>')
                  % (width, height - 6, clock(buckets[-1].start, now)))
-    parts.append(Markup("</svg>"))
+    parts.append(Markup("</svg></div>"))
     return Markup("").join(parts)
 
 

@@ -8,6 +8,12 @@ minute for days) gets one bar per step instead, drawn from an aggregate
 attempts that began in it ended. Every bar and segment has a ``<title>``; the
 legend is translated. Readable without JavaScript; colours come from CSS
 classes (light and dark).
+
+Time runs left to right in every language, Arabic and Hebrew too (docs/decisions.md, "Charts in a
+right-to-left page"): the drawing sits in its own left-to-right box (``dir="ltr"``, which is also the
+box that scrolls on a phone, so that it opens at the labels and the start of time), while the legend
+after it follows the page's direction. A label longer than its column is shortened with an ellipsis
+and clipped to the column (the whole name is in the row's ``<title>``), so it never runs into a bar.
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ LABEL_W = 170
 ROW_H = 22
 BAR_H = 14
 AXIS_H = 24
+#: The characters a step label holds in its column (11 px monospace, about 6.6 units a character).
+LABEL_CHARS = 24
 
 
 @dataclass(frozen=True)
@@ -132,8 +140,9 @@ def _clock(moment: datetime, tenths: bool = False) -> str:
     return local.strftime("%H:%M:%S") + (f".{local.microsecond // 100_000}" if tenths else "")
 
 
-#: One drawn bar: its label, and its segments as (series, start, end, tooltip).
-Bar = tuple[str, list[tuple[str, datetime, datetime, str]]]
+#: One drawn bar: its whole name (its tooltip), its label (shortened to fit its column), and its segments
+#: as (series, start, end, tooltip).
+Bar = tuple[str, str, list[tuple[str, datetime, datetime, str]]]
 
 
 def _tip(name: str, seg: Segment) -> str:
@@ -142,8 +151,11 @@ def _tip(name: str, seg: Segment) -> str:
             f"({_clock(seg.start)}–{_clock(seg.end)})")
 
 
-def _bars(rows: Sequence[tuple[str, Sequence[Segment]]]) -> list[Bar]:
-    return [(name, [(seg.series, seg.start, seg.end, _tip(name, seg)) for seg in segments]) for name, segments in rows]
+def _bars(rows: Sequence[tuple[str, str, Sequence[Segment]]]) -> list[Bar]:
+    """Bars of rows given as (name, what follows the name in its label, segments)."""
+    return [(_label(name, suffix), _label(name, suffix, LABEL_CHARS),
+             [(seg.series, seg.start, seg.end, _tip(_label(name, suffix), seg)) for seg in segments])
+            for name, suffix, segments in rows]
 
 
 def render(steps: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]], now: datetime) -> Markup:
@@ -152,13 +164,21 @@ def render(steps: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any
     if not steps:
         return Markup("")
     now = _aware(now)
-    rows: list[tuple[str, Sequence[Segment]]] = [
-        (f"{isolated(s['step_name'])} #{s['attempt']}", attempt_segments(s, now)) for s in steps
+    rows: list[tuple[str, str, Sequence[Segment]]] = [
+        (s["step_name"], f" #{s['attempt']}", attempt_segments(s, now)) for s in steps
     ]
     paused = paused_intervals(events, now)
     if paused:
-        rows.append((pgettext(*SERIES_LABELS["paused"]), paused))
+        rows.append((pgettext(*SERIES_LABELS["paused"]), "", paused))
     return _chart(_bars(rows))
+
+
+def _label(name: str, suffix: str = "", fit: int | None = None) -> str:
+    """``name`` (isolated: a name mixing Arabic or Hebrew with Latin keeps its own order) and
+    ``suffix``; with ``fit``, the name shortened with an ellipsis so that the two hold ``fit`` characters."""
+    if fit is not None and len(name) + len(suffix) > fit:
+        name = name[:max(fit - len(suffix) - 1, 1)] + "…"
+    return f"{isolated(name)}{suffix}"
 
 
 def bucket_series(statuses: Mapping[str, int]) -> str:
@@ -179,9 +199,11 @@ def render_buckets(buckets: Sequence[AttemptBucket], events: Sequence[Mapping[st
     start, end = _aware(start), _aware(end)
     width = (end - start) / stretches
     rows: dict[str, list[tuple[str, datetime, datetime, str]]] = {}
+    shown: dict[str, str] = {}
     labels = {status: pgettext(*label) for status, label in STEP_STATUS_LABELS.items()}
     for b in buckets:
-        name = isolated(b.step_name)
+        name = _label(b.step_name)
+        shown[name] = _label(b.step_name, fit=LABEL_CHARS)
         n = sum(b.statuses.values())
         counts = ", ".join(f"{labels.get(status, status)}: {count}" for status, count in
                            sorted(b.statuses.items(), key=lambda item: -item[1]))
@@ -189,10 +211,10 @@ def render_buckets(buckets: Sequence[AttemptBucket], events: Sequence[Mapping[st
         tip = f"{name}: {attempts} ({counts}), {_clock(_aware(b.first))}–{_clock(_aware(b.last))}"
         lo = start + width * b.index
         rows.setdefault(name, []).append((bucket_series(b.statuses), lo, lo + width, tip))
-    bars: list[Bar] = list(rows.items())
+    bars: list[Bar] = [(name, shown[name], segments) for name, segments in rows.items()]
     paused = paused_intervals(events, end)
     if paused:
-        bars += _bars([(pgettext(*SERIES_LABELS["paused"]), paused)])
+        bars += _bars([(pgettext(*SERIES_LABELS["paused"]), "", paused)])
     total = sum(sum(b.statuses.values()) for b in buckets)
     caption = ngettext("%(num)s attempt in all: each stretch of a bar shows how most of the attempts that began "
                        "in it ended.",
@@ -207,7 +229,7 @@ def _chart(bars: Sequence[Bar], span_of: tuple[datetime, datetime] | None = None
     if span_of is not None:
         t0, t1 = span_of
     else:
-        moments = [m for _, segs in bars for seg in segs for m in (seg[1], seg[2])]
+        moments = [m for _, _, segs in bars for seg in segs for m in (seg[1], seg[2])]
         t0, t1 = min(moments), max(moments)
     span = max((t1 - t0).total_seconds(), 1.0)
     plot_w = WIDTH - LABEL_W - 10
@@ -217,8 +239,11 @@ def _chart(bars: Sequence[Bar], span_of: tuple[datetime, datetime] | None = None
 
     height = AXIS_H + ROW_H * len(bars) + 6
     title = gettext("Timeline of the run's attempts")
-    parts = [Markup('<svg class="pgbus-timeline" data-testid="timeline" role="img" viewBox="0 0 %d %d" '
-                    'width="100%%" xmlns="http://www.w3.org/2000/svg"><title>%s</title>') % (WIDTH, height, title)]
+    parts = [Markup('<div class="timeline-scroll" dir="ltr">'
+                    '<svg class="pgbus-timeline" data-testid="timeline" role="img" viewBox="0 0 %d %d" '
+                    'width="100%%" xmlns="http://www.w3.org/2000/svg"><title>%s</title>'
+                    '<clipPath id="pgbus-tl-labels"><rect width="%d" height="%d"/></clipPath>')
+             % (WIDTH, height, title, LABEL_W - 6, height)]
     for i in range(5):
         moment = t0 + timedelta(seconds=span * i / 4)
         tx = x(moment)
@@ -226,16 +251,16 @@ def _chart(bars: Sequence[Bar], span_of: tuple[datetime, datetime] | None = None
         parts.append(Markup('<line class="tl-grid" x1="%.1f" x2="%.1f" y1="%d" y2="%d"/>'
                             '<text class="tl-tick" x="%.1f" y="14" text-anchor="%s">%s</text>')
                      % (tx, tx, AXIS_H - 4, height, tx, anchor, _clock(moment, tenths=span < 10)))
-    for index, (name, segments) in enumerate(bars):
+    for index, (name, label, segments) in enumerate(bars):
         y = AXIS_H + index * ROW_H
-        parts.append(Markup('<g class="tl-row" data-testid="timeline-bar"><title>%s</title>'
-                            '<text class="tl-label" x="4" y="%d">%s</text>') % (name, y + BAR_H - 2, name))
+        parts.append(Markup('<g class="tl-row" data-testid="timeline-bar"><title>%s</title><text class="tl-label" '
+                            'x="4" y="%d" clip-path="url(#pgbus-tl-labels)">%s</text>') % (name, y + BAR_H - 2, label))
         for series, start, end, tip in segments:
             width = max(x(end) - x(start), 2.0)
             parts.append(Markup('<rect class="tl-%s" x="%.1f" y="%d" width="%.1f" height="%d" rx="2">'
                                 '<title>%s</title></rect>') % (series, x(start), y, width, BAR_H, tip))
         parts.append(Markup("</g>"))
-    parts.append(Markup("</svg>"))
+    parts.append(Markup("</svg></div>"))
     legend = [Markup('<ul class="pgbus-legend" data-testid="timeline-legend">')]
     for series in SERIES:
         legend.append(Markup('<li><svg width="12" height="12" aria-hidden="true"><rect class="tl-%s" width="12" '

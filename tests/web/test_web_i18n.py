@@ -17,7 +17,7 @@ from tests.workflows import FailsUntil, FansOut
 
 
 def lang(page: str) -> str:
-    found = re.search(r'<html lang="(\w+)"', page)
+    found = re.search(r'<html lang="([\w-]+)"', page)
     assert found
     return found.group(1)
 
@@ -35,6 +35,11 @@ def test_locale_from_the_query_then_the_cookie(app: Flask) -> None:
 @pytest.mark.parametrize(("header", "expected"), [
     ("ja", "ja"), ("ko, de;q=0.8", "de"), ("ko", "en"), ("fr-CA,fr;q=0.9", "fr"), ("pt-BR", "pt"),
     ("nb-NO", "nb"), ("sv-SE,en;q=0.5", "sv"), ("", "en"), ("ja-JP,ja;q=0.9", "ja"),
+    ("ar-EG,ar;q=0.9", "ar"), ("he-IL", "he"), ("pl-PL,pl;q=0.9,en;q=0.5", "pl"),
+    # Chinese: a region written in simplified characters, or none, picks zh_Hans; one written in
+    # traditional characters matches nothing shipped and falls through to the next choice.
+    ("zh-CN,zh;q=0.9", "zh-Hans"), ("zh", "zh-Hans"), ("zh-Hans-CN", "zh-Hans"), ("zh-SG", "zh-Hans"),
+    ("zh-TW,zh;q=0.9", "zh-Hans"), ("zh-TW", "en"), ("zh-HK,ja;q=0.5", "ja"), ("zh-Hant", "en"),
 ])
 def test_locale_from_accept_language(app: Flask, header: str, expected: str) -> None:
     page = app.test_client().get("/pgbus/", headers={"Accept-Language": header}).get_data(as_text=True)
@@ -162,10 +167,61 @@ def test_without_flask_babel_the_catalogs_still_load(app: Flask) -> None:
 
 def test_catalogs_load_from_the_installed_package() -> None:
     assert i18n.translations_for("ja").gettext("Overview") == "概要"
-    assert i18n.translations_for("de").ngettext("%(num)d failed", "%(num)d failed", 2) == "%(num)d fehlgeschlagen"
+    assert i18n.translations_for("de").ngettext("%(num)s failed", "%(num)s failed", 2) == "%(num)s fehlgeschlagen"
 
 
 def test_language_links_work_under_a_script_root(app: Flask) -> None:
     page = app.test_client().get("/pgbus/runs", environ_overrides={"SCRIPT_NAME": "/shop"}).get_data(as_text=True)
     assert 'href="/shop/pgbus/runs?locale=de"' in page
     assert 'href="/shop/pgbus/static/pgbus.css"' in page
+
+
+@pytest.mark.parametrize(("locale", "tag", "direction", "name"), [
+    ("ar", "ar", "rtl", "العربية"), ("he", "he", "rtl", "עברית"), ("pl", "pl", "ltr", "polski"),
+    ("zh_Hans", "zh-Hans", "ltr", "简体中文"), ("de", "de", "ltr", "Deutsch"),
+])
+def test_each_locale_says_its_direction_and_its_own_name(app: Flask, locale: str, tag: str, direction: str,
+                                                         name: str) -> None:
+    page = app.test_client().get(f"/pgbus/runs?locale={locale}").get_data(as_text=True)
+    assert f'<html lang="{tag}" dir="{direction}">' in page
+    link = r'<a href="[^"]*locale=' + locale + r'" hreflang="([^"]+)" lang="([^"]+)" dir="(\w+)"[^>]*>([^<]+)</a>'
+    menu = re.search(link, app.test_client().get("/pgbus/runs").get_data(as_text=True))
+    assert menu and menu.groups() == (tag, tag, direction, name), "the menu offers it in its own name"
+
+
+def test_counts_in_plural_messages_are_grouped_as_the_locale_groups_numbers() -> None:
+    """"1200 kørsler" beside "1.200" elsewhere on the page read as two different numbers."""
+    for locale, grouped in (("en", "1,200"), ("da", "1.200"), ("de", "1.200"), ("fr", "1\u202f200"),
+                            ("ja", "1,200"), ("pl", "1\xa0200"), ("ar", "1,200")):
+        words = i18n.words_for(locale, timezone.utc)
+        said = words.ngettext("Show the %(num)s run", "Show the %(num)s runs", 1200)
+        assert grouped in said and "1200" not in said, (locale, said)
+        assert words.number(1200) == grouped
+
+
+def test_a_bulk_question_groups_its_count_and_keeps_it_unisolated() -> None:
+    from pgbus_flask.present import sentences
+    from pgbus_flask.queries import AttentionGroup
+
+    group = AttentionGroup("FailsUntil", "capture", "paused_error", "TimeoutError", 400, None, None, None)
+    words = i18n.words_for("da", timezone.utc)
+    assert "400 kørsler" in sentences.bulk_confirm(words, "resume", group, sentences.HTML)
+    html = sentences.bulk_confirm(i18n.words_for("en", timezone.utc), "resume",
+                                  AttentionGroup("FailsUntil", "capture", "paused_manual", None, 1200, None, None,
+                                                 None), sentences.HTML)
+    assert "the 500 oldest" in html and "<bdi>500</bdi>" not in html, html
+
+
+@pytest.mark.parametrize(("seconds", "locale", "said"), [
+    (3600, "en", "Every hour"), (7200, "en", "Every 2 hours"), (86400 * 3, "en", "Every 3 days"),
+    (90, "en", "Every 90 seconds"), (3600 * 1_000_000, "en", "Every 1,000,000 hours"),
+    # Not "Toutes les 1000000 d'heures": an interval is said around CLDR's own unit, not counted.
+    (3600 * 1_000_000, "fr", "Toutes les 1\u202f000\u202f000\xa0heures"),
+    (3600 * 2, "fr", "Toutes les 2\xa0heures"), (86400 * 2, "fr", "Tous les 2\xa0jours"),
+    (300, "pl", "Co 5 minut"), (120, "pl", "Co 2 minuty"),
+])
+def test_intervals_have_their_own_wording(seconds: int, locale: str, said: str) -> None:
+    from pgbus_flask.present.schedules import timing
+
+    words = i18n.words_for(locale, timezone.utc)
+    assert str(timing(words, {"kind": "interval", "schedule": str(seconds), "timezone": "UTC"})) == said
