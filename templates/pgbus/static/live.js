@@ -15,7 +15,7 @@
     return;
   }
   var KEY = "pgbus-live";
-  var SCROLLERS = ".scroll, .timeline-wrap, pre";
+  var SCROLLERS = ".scroll, .timeline-wrap, .timeline-scroll, pre";
   var control = document.querySelector("[data-live-control]");
   var toggle = control && control.querySelector("input");
   var status = document.querySelector("[data-live-status]");
