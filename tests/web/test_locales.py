@@ -66,9 +66,10 @@ def in_line(app: Flask) -> str:
 
 
 def lang(page: str) -> str:
-    found = re.search(r'<html lang="(\w+)"', page)
+    """The page's locale, from ``<html lang>`` (a BCP 47 tag: ``zh-Hans`` is the locale ``zh_Hans``)."""
+    found = re.search(r'<html lang="([\w-]+)"', page)
     assert found
-    return found.group(1)
+    return found.group(1).replace("-", "_")
 
 
 @pytest.mark.parametrize("locale", [loc for loc in SHIPPED_LOCALES if loc != "en"])

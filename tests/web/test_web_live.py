@@ -108,7 +108,7 @@ def test_a_refresh_never_sets_the_language_cookie(app: Flask) -> None:
     client: FlaskClient = app.test_client()
     client.set_cookie("pgbus_locale", "ja", path="/pgbus")  # chosen in another tab since this one opened
     refresh = client.get("/pgbus/runs?locale=de", headers=LIVE)
-    assert refresh.status_code == 200 and '<html lang="de">' in refresh.get_data(as_text=True)
+    assert refresh.status_code == 200 and '<html lang="de" dir="ltr">' in refresh.get_data(as_text=True)
     assert not [c for c in refresh.headers.getlist("Set-Cookie") if c.startswith("pgbus_locale=")]
     assert client.get_cookie("pgbus_locale", path="/pgbus").value == "ja"  # type: ignore[union-attr]
     page = client.get("/pgbus/runs?locale=de")  # a page the operator opens does
