@@ -179,12 +179,13 @@ def test_a_line_nothing_declares_any_more_still_names_its_limit(app: Flask) -> N
 def test_rates_and_capacities_in_words() -> None:
     en = english()
     assert [rate_text(en, n, per) for n, per in ((10, 1), (100, 60), (600, 3600), (1, 1), (5000, 86400))] == [
-        "10 a second", "100 a minute", "600 an hour", "1 a second", "5000 a day"]
+        "10 a second", "100 a minute", "600 an hour", "1 a second", "5,000 a day"]
     assert [rate_text(en, n, per) for n, per in ((10, 30), (3, 120), (2, 1.5), (1, 7200))] == [
         "10 every 30 seconds", "3 every 2 minutes", "2 every 1.5 seconds", "1 every 2 hours"]
     assert capacity_text(en, "run", 2, None) == "2 at once" and capacity_text(en, "rate", 10, 1.0) == "10 a second"
     german = words_for("de", zone("UTC"))
     assert german.period(30) == "30 Sekunden" and german.period(120) == "2 Minuten"
+    assert rate_text(german, 5000, 86400) == "5.000 pro Tag", "a count grouped as German groups numbers"
 
 
 # -- the Limits page, its card, the JSON API ------------------------------------------------------------------
