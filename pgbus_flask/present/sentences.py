@@ -572,6 +572,8 @@ def system_message(words: Words, code_: str | None, params: Mapping[str, Any] | 
             args[key] = words.clock_tag(moment, now) if html else words.clock_tag(moment, now).striptags()
         elif key in _NAMES:
             args[key] = code(value if value is not None else "—") if html else isolated(value)
+        elif isinstance(value, int) and not isinstance(value, bool):  # a count or a position, as the locale writes it
+            args[key] = escape(words.number(value)) if html else words.number(value)
         else:
             args[key] = bdi(value if value is not None else "—") if html else isolated(value)
     try:
