@@ -225,3 +225,15 @@ def test_intervals_have_their_own_wording(seconds: int, locale: str, said: str) 
 
     words = i18n.words_for(locale, timezone.utc)
     assert str(timing(words, {"kind": "interval", "schedule": str(seconds), "timezone": "UTC"})) == said
+
+
+def test_engine_messages_say_their_counts_as_the_locale_writes_numbers() -> None:
+    from pgbus_flask.present import sentences
+
+    now = datetime(2026, 12, 6, tzinfo=timezone.utc)
+    german = i18n.words_for("de", timezone.utc)
+    html = sentences.system_message(german, "children_failed_unknown", {"failed": 1200, "total": 5000}, "english", now)
+    assert "<bdi>1.200</bdi>" not in html and "1.200" in html and "5.000" in html, html
+    text = sentences.system_message(german, "children_failed_unknown", {"failed": 1200, "total": 5000}, "english",
+                                    now, html=False)
+    assert "1.200" in text and "5.000" in text and "1200" not in text, text
