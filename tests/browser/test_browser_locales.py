@@ -131,7 +131,7 @@ def test_every_locale_fits_a_phone_and_a_desktop(app: Flask, browsing: Browsing)
             for name, url in pages.items():
                 where = f"{locale} {name} page at {viewport['width']} px"
                 page.goto(f"{url}?locale={locale}")
-                expect(page.locator("html")).to_have_attribute("lang", locale)
+                expect(page.locator("html")).to_have_attribute("lang", locale.replace("_", "-"))
                 if name == "attention":
                     expect(by_testid(page, "attention-group")).to_have_count(3)
                 else:
