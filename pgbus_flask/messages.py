@@ -33,6 +33,7 @@ ENGLISH: dict[str, str] = {
     "unknown_step": "%(workflow)s has no step %(step)r",
     "unknown_step_known": "%(workflow)s has no step %(step)r (steps: %(known)s)",
     "reattempt_requested": "reattempt requested by the step",
+    "parent_cancelled": "its parent run %(run)s was cancelled",
     "child_runs_cancelled": "%(cancelled)s of %(total)s child runs were cancelled; first: %(workflow)s %(run)s",
     "wait_until_failed": "the wait_until of %(step)s failed: %(error_class)s: %(error)s",
     "child_function_not_allowed": "%(func)s is not a fan-out function of any registered workflow (workers run"

@@ -38,6 +38,9 @@ LIMIT_KEY_RUNS = ("ready", "running", "waiting")
 UNSTARTED_RUN = ("ready", "waiting")
 
 #: The audit events that start (the first) or end (the others) a stretch a run spent paused.
+#: The longest signal name, in characters.
+SIGNAL_NAME_LIMIT = 200
+
 PAUSE_EVENTS = ("paused", "resumed", "cancelled", "rerun", "step_skipped", "finished")
 
 #: What the resume plan can decide (see runner.resume_plan).

@@ -531,6 +531,7 @@ SYSTEM_MESSAGES: dict[str, str] = {
     "unknown_step": N_("%(workflow)s has no step %(step)s."),
     "unknown_step_known": N_("%(workflow)s has no step %(step)s (its steps: %(known)s)."),
     "reattempt_requested": N_("The step asked to be attempted again."),
+    "parent_cancelled": N_("Its parent run %(run)s was cancelled."),
     "child_runs_cancelled": N_("%(cancelled)s of %(total)s child runs were cancelled; the first was %(workflow)s "
                                "%(run)s."),
     "wait_until_failed": N_("The wait_until of %(step)s failed: %(error_class)s: %(error)s"),

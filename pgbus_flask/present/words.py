@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 
 from babel import Locale
 from babel.dates import format_datetime, format_timedelta, get_date_format, get_datetime_format, get_time_format
+from babel.lists import format_list
 from babel.numbers import format_decimal
 from babel.support import NullTranslations, Translations
 from babel.units import format_unit
@@ -271,6 +272,10 @@ class Words:
                 return format_unit(int(seconds // size), f"duration-{unit}", length="long", locale=self.babel_locale)
         value: float = int(seconds) if float(seconds).is_integer() else round(seconds, 3)
         return format_unit(value, "duration-second", length="long", locale=self.babel_locale)
+
+    def listed(self, items: list[str]) -> str:
+        """``items`` joined as this locale joins a list ("a, b and c", "a، b و c", "a、b和c")."""
+        return format_list(items, style="standard", locale=self.babel_locale) if items else ""
 
     def duration(self, seconds: float) -> str:
         """A duration such as "3 seconds" or "2 hours" (narrow, localized)."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
-from .. import db, payload, states
+from .. import db, messages, payload, states
 from ..db import Transaction
 from ..definition import ChildStart, StepSpec
 from ..errors import ChildRunsCancelled, WorkflowNotFound
@@ -149,14 +149,15 @@ def _family(engine: Engine, tx: Transaction, ended: Row) -> None:
         tx.after_commit(lambda: cancel_children(engine, wid))
 
 
-def cancel_run(engine: Engine, tx: Transaction, run: Row, *, actor: str, reason: str | None) -> Row | None:
+def cancel_run(engine: Engine, tx: Transaction, run: Row, *, actor: str, reason: str | None,
+               details: dict[str, Any] | None = None) -> Row | None:
     """Cancel an ongoing run held locked in ``tx``: its open steps, the run, the audit event, and
     what its end means to its family (the ``cancel`` verb, and a cancelled parent's children)."""
     wid = run["workflow_id"]
     latest = latest_step(tx.conn, wid)
     cancel_open_steps(tx.conn, wid)
     ended = move_run(tx.conn, wid, states.ONGOING, "cancelled", finished_at=now_of(tx))
-    record_event(tx, wid, "cancelled", actor, reason=reason, step=latest)
+    record_event(tx, wid, "cancelled", actor, reason=reason, step=latest, details=details)
     run_ended(engine, tx, ended)
     return ended
 
@@ -173,8 +174,10 @@ def cancel_children(engine: Engine, parent_id: Any) -> int:
                 run = lock_run(tx, child)
             except WorkflowNotFound:
                 continue
+            said = messages.params(run=str(parent_id))
             if run["status"] in states.ONGOING and cancel_run(
-                    engine, tx, run, actor="system", reason=f"its parent run {parent_id} was cancelled"):
+                    engine, tx, run, actor="system", reason=messages.english("parent_cancelled", said),
+                    details={"message_code": "parent_cancelled", "message_params": said}):
                 cancelled += 1
     return cancelled
 

@@ -47,8 +47,9 @@ def send_signal(engine: Engine, workflow_id: Any, name: str, data: Any = None, *
     that already holds ``PGBUS_MAX_PENDING_SIGNALS`` pending ones is refused with
     :class:`TooManyPendingSignals`, and nothing is stored.
     """
-    if not isinstance(name, str) or not name.strip() or len(name) > 200:
-        raise SignalRefused(f"signal name must be a non-empty string of at most 200 characters, got "
+    if not isinstance(name, str) or not name.strip() or len(name) > states.SIGNAL_NAME_LIMIT:
+        raise SignalRefused(f"signal name must be a non-empty string of at most {states.SIGNAL_NAME_LIMIT} "
+                            f"characters, got "
                             f"{payload.safe_str(repr(name))[:220]}", "signal name")
     payload.check_text(name, "signal name", allow_newlines=False)
     if idempotency_key is not None:

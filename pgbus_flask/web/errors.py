@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 import psycopg
-from flask import Blueprint, request
+from flask import Blueprint, current_app, request
 from markupsafe import Markup
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
@@ -98,6 +98,10 @@ def wrong_method(exc: MethodNotAllowed) -> Any:
     if not hooks.under_prefix(settings):
         return exc
     hooks.set_locale_and_zone(settings)
+    if _only_the_catch_all(exc):  # e.g. a POST to an address nothing takes: a missing page, not a wrong method
+        context = hooks.template_context()
+        context.update(code=404, title=i18n.gettext(HTTP_TITLES[404]), message=views.no_page())
+        return views.render("pgbus/error.html", **context), 404
     allow = {"Allow": ", ".join(exc.valid_methods or ())}
     if (request.path + "/").startswith(f"{settings.dashboard_prefix}{api.PREFIX}/"):
         message = i18n.gettext("This address does not take %(method)s requests.", method=request.method)
@@ -107,3 +111,14 @@ def wrong_method(exc: MethodNotAllowed) -> Any:
                    message=i18n.gettext("This address only takes a form submission; open the page "
                                         "it belongs to instead."))
     return views.render("pgbus/error.html", **context), 405, allow
+
+
+def _only_the_catch_all(exc: MethodNotAllowed) -> bool:
+    """Whether the address matches no rule but the dashboard's catch-all (``pgbus.missing``)."""
+    if set(exc.valid_methods or ()) - {"GET", "HEAD", "OPTIONS"}:
+        return False
+    try:
+        endpoint, _ = current_app.url_map.bind_to_environ(request.environ).match(method="GET")
+    except HTTPException:
+        return False
+    return endpoint == "pgbus.missing"

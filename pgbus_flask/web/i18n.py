@@ -35,10 +35,46 @@ from ..present.words import (
     zone,
 )
 
-__all__ = ["C_", "DOMAIN", "LOCALE_COOKIE", "LOCALE_PARAM", "N_", "Words", "absolute", "accepted", "bdi",
-           "catalog_dir", "choose_locale", "clock", "clock_tag", "code", "counted", "current_locale", "current_tz",
-           "duration", "gettext", "isolated", "locale_name", "markup", "ngettext", "npgettext", "number", "pgettext",
-           "relative", "span", "span_tag", "time_tag", "translations_for", "ugettext", "ungettext", "words", "zone"]
+__all__ = [
+    "C_",
+    "DOMAIN",
+    "LOCALE_COOKIE",
+    "LOCALE_PARAM",
+    "N_",
+    "Words",
+    "absolute",
+    "accepted",
+    "bdi",
+    "catalog_dir",
+    "choose_locale",
+    "clock",
+    "clock_tag",
+    "code",
+    "counted",
+    "current_locale",
+    "current_tz",
+    "duration",
+    "gettext",
+    "isolated",
+    "language_tag",
+    "listed",
+    "locale_name",
+    "markup",
+    "ngettext",
+    "npgettext",
+    "number",
+    "pgettext",
+    "relative",
+    "span",
+    "span_tag",
+    "text_direction",
+    "time_tag",
+    "translations_for",
+    "ugettext",
+    "ungettext",
+    "words",
+    "zone",
+]
 
 LOCALE_COOKIE = "pgbus_locale"
 LOCALE_PARAM = "locale"
@@ -184,6 +220,11 @@ def span(since: datetime, now: datetime) -> str:
 def span_tag(since: datetime | None, now: datetime) -> Markup:
     """``<time datetime=ISO title=absolute>3 hours</time>``: how long something has lasted."""
     return words().span_tag(since, now)
+
+
+def listed(items: list[str]) -> str:
+    """``items`` joined as the viewer's locale joins a list ("a, b and c")."""
+    return words().listed(items)
 
 
 def duration(seconds: float) -> str:

@@ -28,7 +28,7 @@ from markupsafe import Markup
 from .. import states
 from ..handle import PAGE_SIZE, AttemptBucket
 from .helpers import STEP_STATUS_LABELS
-from .i18n import C_, current_tz, duration, gettext, isolated, ngettext, pgettext
+from .i18n import C_, current_tz, duration, gettext, isolated, listed, ngettext, number, pgettext
 
 SERIES = ("waited", "queued", "waiting", "paused", "ran_ok", "ran_failed", "running", "cancelled")
 #: What a stretch of an attempt's bar shows, in the words of a step attempt's status (the legend sits
@@ -147,8 +147,9 @@ Bar = tuple[str, str, list[tuple[str, datetime, datetime, str]]]
 
 def _tip(name: str, seg: Segment) -> str:
     seconds = (seg.end - seg.start).total_seconds()
-    return (f"{name}: {pgettext(*SERIES_LABELS[seg.series])}, {duration(seconds)} "
-            f"({_clock(seg.start)}–{_clock(seg.end)})")
+    return gettext("%(step)s: %(what)s, %(duration)s (%(start)s–%(end)s)", step=name,
+                   what=pgettext(*SERIES_LABELS[seg.series]), duration=duration(seconds), start=_clock(seg.start),
+                   end=_clock(seg.end))
 
 
 def _bars(rows: Sequence[tuple[str, str, Sequence[Segment]]]) -> list[Bar]:
@@ -205,10 +206,11 @@ def render_buckets(buckets: Sequence[AttemptBucket], events: Sequence[Mapping[st
         name = _label(b.step_name)
         shown[name] = _label(b.step_name, fit=LABEL_CHARS)
         n = sum(b.statuses.values())
-        counts = ", ".join(f"{labels.get(status, status)}: {count}" for status, count in
-                           sorted(b.statuses.items(), key=lambda item: -item[1]))
+        counts = listed([gettext("%(status)s: %(num)s", status=labels.get(status, status), num=number(count))
+                         for status, count in sorted(b.statuses.items(), key=lambda item: -item[1])])
         attempts = ngettext("%(num)s attempt", "%(num)s attempts", n)
-        tip = f"{name}: {attempts} ({counts}), {_clock(_aware(b.first))}–{_clock(_aware(b.last))}"
+        tip = gettext("%(step)s: %(attempts)s (%(counts)s), %(start)s–%(end)s", step=name, attempts=attempts,
+                      counts=counts, start=_clock(_aware(b.first)), end=_clock(_aware(b.last)))
         lo = start + width * b.index
         rows.setdefault(name, []).append((bucket_series(b.statuses), lo, lo + width, tip))
     bars: list[Bar] = [(name, shown[name], segments) for name, segments in rows.items()]

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from flask import Blueprint, abort, g, redirect, render_template, request, url_for
+from flask import Blueprint, abort, current_app, g, redirect, render_template, request, url_for
 from markupsafe import Markup
-from werkzeug.exceptions import BadRequest, NotFound
+from werkzeug.exceptions import BadRequest, MethodNotAllowed, NotFound
 from werkzeug.wrappers import Response
 
 from .. import payload, queries, runner, states, verbs
@@ -52,6 +52,11 @@ def render(template: str, **context: Any) -> str:
     ``live=True`` makes the page refresh its ``data-live`` regions in place (``PGBUS_LIVE_REFRESH``)."""
     page = render_template(template, **context)
     return _UNSENDABLE.sub("\ufffd", page)
+
+
+def no_page() -> str:
+    """What the dashboard says of an address it has no page at."""
+    return gettext("The dashboard has no page at this address. Check the link, or start from the overview.")
 
 
 def refused(exc: PgbusError) -> Markup:
@@ -248,14 +253,24 @@ class Pages:
         raw = form["payload"].strip()
         try:
             data = json.loads(raw) if raw else None
+        except json.JSONDecodeError as exc:  # where, in the viewer's words; the parser's own English as code
+            where = markup(ugettext("The payload is not valid JSON at line %(line)s, column %(column)s: "
+                                    "%(problem)s"), line=number(exc.lineno), column=number(exc.colno),
+                           problem=code(exc.msg))
+            return self.run_page(workflow_id, error=where, status=400, form=form)
         except ValueError as exc:
             message = gettext("The payload is not valid JSON: %(problem)s", problem=str(exc))
             return self.run_page(workflow_id, error=message, status=400, form=form)
         except RecursionError:
             message = gettext("The payload is nested too deeply to be read.")
             return self.run_page(workflow_id, error=message, status=400, form=form)
+        name = form["name"].strip()
+        if not name or len(name) > states.SIGNAL_NAME_LIMIT:  # in the viewer's words, not the engine's English
+            message = gettext("Nothing was changed: a signal's name has 1 to %(limit)s characters.",
+                              limit=number(states.SIGNAL_NAME_LIMIT))
+            return self.run_page(workflow_id, error=message, status=400, form=form)
         try:
-            result = run.signal(form["name"].strip(), data, idempotency_key=form["idempotency_key"].strip() or None,
+            result = run.signal(name, data, idempotency_key=form["idempotency_key"].strip() or None,
                                 actor=g.pgbus_actor, reason=form["reason"].strip() or None)
         except NOT_INPUT_ERRORS:
             raise
@@ -313,6 +328,15 @@ class Pages:
             raise BadRequest(refused(exc)) from None
         notices.keep("bulk", action=action, moved=result.moved, refused=result.refused)
         return redirect(url_for(".attention"), 303)
+
+    def missing(self, rest: str = "") -> str:
+        """Any other address under the prefix: the dashboard's own "page not found" in the viewer's
+        language (routing's 404 never reaches the blueprint's handlers, so it would otherwise be the
+        host app's or Werkzeug's English page)."""
+        allowed = set(current_app.url_map.bind_to_environ(request.environ).allowed_methods()) - {"GET", "HEAD"}
+        if allowed - {"OPTIONS"}:  # an address that takes a form: the wrong method, not a missing page
+            raise MethodNotAllowed(valid_methods=sorted(allowed))
+        raise NotFound(no_page())
 
     # -- limits ------------------------------------------------------------------------
 
@@ -435,4 +459,5 @@ def register(bp: Blueprint, engine: Engine) -> Pages:
     bp.add_url_rule("/attention/bulk", "bulk", pages.bulk, methods=["POST"])
     bp.add_url_rule("/batches/<batch_id>", "batch", pages.batch)
     bp.add_url_rule("/limits", "limits", pages.limits)
+    bp.add_url_rule("/<path:rest>", "missing", pages.missing)  # the least specific rule: only what none takes
     return pages

@@ -237,3 +237,37 @@ def test_engine_messages_say_their_counts_as_the_locale_writes_numbers() -> None
     text = sentences.system_message(german, "children_failed_unknown", {"failed": 1200, "total": 5000}, "english",
                                     now, html=False)
     assert "1.200" in text and "5.000" in text and "1200" not in text, text
+
+
+def test_an_address_nothing_takes_is_the_dashboards_own_404_in_the_viewers_language(app: Flask) -> None:
+    client = app.test_client()
+    for method in ("GET", "POST"):
+        response = client.open("/pgbus/no/such/page?locale=de", method=method)
+        page = response.get_data(as_text=True)
+        assert response.status_code == 404, method
+        assert 'data-testid="error-page" data-code="404"' in page and lang(page) == "de", method
+        assert "Not Found" not in page and "The requested URL" not in page, "not Werkzeug's English page"
+    wrong = client.get(f"/pgbus/runs/{'0' * 8}-0000-0000-0000-{'0' * 12}/actions/cancel")
+    assert wrong.status_code == 405 and "POST" in wrong.headers["Allow"], "a form's address stays a wrong method"
+    assert client.get("/pgbus/api/no/such").get_json()["status"] == 404, "the API keeps its JSON 404"
+    host = client.get("/elsewhere")
+    assert host.status_code == 404 and "error-page" not in host.get_data(as_text=True), "the host app's 404 is its own"
+
+
+def test_a_signal_the_form_cannot_take_is_refused_in_the_viewers_words(app: Flask) -> None:
+    from tests.support.webtools import csrf
+    from tests.workflows import WaitsForPayment
+
+    with app.app_context():
+        run = WaitsForPayment.start()
+        work(engine_of(app))
+    client = app.test_client()
+    token = csrf(client)
+    bad_json = client.post(f"/pgbus/runs/{run.workflow_id}/signals?locale=de",
+                           data={"csrf_token": token, "name": "paid", "payload": '{"ok": 1,\n oops}'})
+    said = text_of(bad_json.get_data(as_text=True))
+    assert bad_json.status_code == 400 and "Zeile 2, Spalte 2" in said, said
+    no_name = client.post(f"/pgbus/runs/{run.workflow_id}/signals?locale=de",
+                          data={"csrf_token": token, "name": " ", "payload": ""})
+    said = text_of(no_name.get_data(as_text=True))
+    assert no_name.status_code == 400 and "200" in said and "signal name must be" not in said, said
