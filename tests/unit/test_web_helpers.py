@@ -272,16 +272,17 @@ def test_timeline_svg_has_a_title_on_every_bar_and_a_translated_legend(ctx: Flas
     events = [{"event": "paused", "created_at": NOW + timedelta(seconds=3)},
               {"event": "resumed", "created_at": NOW + timedelta(seconds=4)}]
     svg = timeline.render(steps, events, NOW + timedelta(seconds=10))
-    assert svg.startswith("<svg") and "<script>" not in svg
+    assert svg.startswith('<div class="timeline-scroll" dir="ltr"><svg') and "<script>" not in svg
     chart = svg[: svg.index("</svg>")]
-    assert chart.count("<rect ") == len(re.findall(r"<rect [^>]*><title>[^<]+</title></rect>", chart)) > 0
+    bars = chart.count('<rect class="tl-')  # the drawn bars (the labels' clip path has a rect of its own)
+    assert bars == len(re.findall(r"<rect [^>]*><title>[^<]+</title></rect>", chart)) > 0
     assert svg.count('data-testid="timeline-bar"') == 3  # two attempts and the paused row
     assert "capture #1: Ran, failed, 3 sec" in svg
     for series in timeline.SERIES:
         assert f'class="tl-{series}"' in svg
     g.pgbus_locale = "de"
     legend = timeline.render(steps, events, NOW + timedelta(seconds=10))
-    assert "Gelaufen, fehlgeschlagen" in legend and "Gewartet" in legend
+    assert "Ausgeführt, fehlgeschlagen" in legend and "Auf Termin gewartet" in legend
 
 
 def test_no_attempts_no_chart() -> None:

@@ -290,7 +290,7 @@ def test_batch_page(app: Flask) -> None:
     assert "vendor 0 is down" in text_of(page) and "vendor 1 notified" in page
     # it names its run, class and subject, and numbers its children as people count: from 1
     assert "Batch FansOut#notify_vendors" in text_of(page)
-    assert f'href="/pgbus/runs/{run.workflow_id}" data-testid="batch-run">{run.workflow_id}<' in page
+    assert f'href="/pgbus/runs/{run.workflow_id}" data-testid="batch-run" dir="ltr">{run.workflow_id}<' in page
     assert 'data-testid="batch-class"><bdi>FansOut</bdi>' in page
     assert 'data-testid="subject">Order 4<' in page
     numbers = re.findall(r'data-testid="batch-child" data-status="\w+">\s*<td class="num">(\d+)</td>', page)
