@@ -371,6 +371,21 @@ def reads_left_to_right(locator: Any, first: str, then: str) -> bool:
     return part(locator, first)["right"] <= part(locator, then)["left"] + 1
 
 
+# The values of the attributes a reader is shown (tooltips, confirm dialogs, labels) that hold one of the names.
+SHOWN_ATTRIBUTES_JS = """
+(names) => {
+  const out = [];
+  for (const el of document.querySelectorAll("[title], [data-confirm], [aria-label], [placeholder], [alt]")) {
+    for (const attr of ["title", "data-confirm", "aria-label", "placeholder", "alt"]) {
+      const value = el.getAttribute(attr);
+      if (value && names.some((name) => value.includes(name))) out.push(value);
+    }
+  }
+  return out;
+}
+"""
+
+
 def mixed_name_problems(page: Any, where: str) -> list[str]:
     """``Billing.חשבונית`` and ``charge_فاتورة`` keep their order (Latin first, at the left), and the
     sentences around them keep theirs; ``<title>`` and tooltips isolate them with FSI ... PDI."""
@@ -393,6 +408,9 @@ def mixed_name_problems(page: Any, where: str) -> list[str]:
     label = page.locator(".pgbus-timeline .tl-label").filter(has_text="charge_")
     if not reads_left_to_right(label, "charge_", "فاتورة"):
         problems.append(f"{where}: the step name on the timeline is reordered")
+    for value in page.evaluate(SHOWN_ATTRIBUTES_JS, [CLASS, STEP]):
+        if not any(f"{FSI}{name}{PDI}" in value for name in (CLASS, STEP) if name in value):
+            problems.append(f"{where}: an attribute shown to the reader does not isolate the name: {value!r}")
     shortened = [t for t in page.locator(".pgbus-timeline .tl-label").all_text_contents() if t.startswith("reconcile")]
     if not (len(shortened) == 1 and "…" in shortened[0] and LONG_STEP not in shortened[0]):
         problems.append(f"{where}: the long step name is not shortened on the timeline: {shortened!r}")
