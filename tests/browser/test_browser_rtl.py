@@ -281,6 +281,7 @@ def test_the_run_page_reads_from_the_right(app: Flask, browsing: Browsing, decla
             if abs(primary["right"] - max(o["right"] for o in [primary, *others])) > 1:
                 problems.append(f"{where}: the primary action does not start at the right edge")
 
+        problems += live_status_problems(page, where)
         problems += error_row_problems(page, where, phone=viewport is PHONE)
         problems += timeline_problems(page, where)
         problems += mixed_name_problems(page, where)
@@ -292,6 +293,17 @@ def test_the_run_page_reads_from_the_right(app: Flask, browsing: Browsing, decla
     primary, others = action_boxes(page)
     assert all(primary["right"] <= o["left"] + 1 for o in others if abs(o["top"] - primary["top"]) < 2)
     browsing.assert_no_errors()
+
+
+def live_status_problems(page: Any, where: str) -> list[str]:
+    """"Not updated since ...", centred at the bottom of the viewport in either direction."""
+    status = by_testid(page, "live-status")
+    status.evaluate("el => { el.innerHTML = '<p class=\"flash warn\">' + '\u0644\u0645 '.repeat(12) + '</p>'; }")
+    box, width = rect(status), page.evaluate("window.innerWidth")
+    status.evaluate("el => { el.innerHTML = ''; }")
+    if abs((box["left"] + box["right"]) / 2 - width / 2) > 1 or box["left"] < 0 or box["right"] > width:
+        return [f"{where}: the live status is not centred ({box['left']:.0f}-{box['right']:.0f} of {width})"]
+    return []
 
 
 def error_row_problems(page: Any, where: str, phone: bool) -> list[str]:
