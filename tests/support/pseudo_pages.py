@@ -10,14 +10,13 @@ from typing import Any
 from flask import Flask, render_template_string
 from flask.testing import FlaskClient
 
-from pgbus_flask import PgBus, runner
+from pgbus_flask import PgBus
 from pgbus_flask.handle import PAGE_SIZE
 from pgbus_flask.sweep import sweep
 from tests.child_workflows import Fulfilment
-from tests.flow_workflows import TenantSync
 from tests.support import settings_for, work
 from tests.support.schedule_helpers import Declare
-from tests.support.seeds import seed_insights, stall_and_time_out
+from tests.support.seeds import in_line, seed_insights, stall_and_time_out
 from tests.support.webhooks import with_a_delivery
 from tests.support.webtools import engine_of, seed_every_state, sql
 from tests.workflows import FailsUntil, ThreeSteps
@@ -48,15 +47,6 @@ def app_with(folder: str, pg_url: str, redis_url: str) -> Flask:
         return render_template_string(LAYOUT)
 
     return app
-
-
-def in_line(app: Flask) -> str:
-    """A run waiting in line for its class's limit (the two before it hold the key's slots): its id."""
-    with app.app_context():
-        runs = [TenantSync.start(tenant=1) for _ in range(3)]
-    for run in runs:
-        runner.claim_attempt(engine_of(app), int(run.refresh().steps()[-1]["id"]), None)
-    return str(runs[-1].workflow_id)
 
 
 def children(app: Flask) -> dict[str, str]:

@@ -8,6 +8,7 @@ from flask import Flask
 
 from pgbus_flask import attention, runner, sweep
 from pgbus_flask.engine import Engine
+from tests.flow_workflows import TenantSync
 from tests.support import work
 from tests.support.webtools import engine_of, sql
 from tests.workflows import FailsUntil, Sleeps, ThreeSteps, WaitsForPayment
@@ -93,3 +94,12 @@ def nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     for child in plan.get("Plans", []):
         found.extend(nodes(child))
     return found
+
+
+def in_line(app: Flask) -> str:
+    """A run waiting in line for its class's limit (the two before it hold the key's slots): its id."""
+    with app.app_context():
+        runs = [TenantSync.start(tenant=1) for _ in range(3)]
+    for run in runs:
+        runner.claim_attempt(engine_of(app), int(run.refresh().steps()[-1]["id"]), None)
+    return str(runs[-1].workflow_id)

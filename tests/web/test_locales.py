@@ -15,16 +15,15 @@ from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 from flask import Flask
 
-from pgbus_flask import PgBus, runner
+from pgbus_flask import PgBus
 from pgbus_flask import engine as engine_module
 from pgbus_flask.config import SHIPPED_LOCALES, Settings
 from pgbus_flask.errors import ConfigError
 from pgbus_flask.web import helpers
-from tests.flow_workflows import TenantSync
 from tests.support import TRANSLATIONS, settings_for
-from tests.support.seeds import stall_and_time_out
+from tests.support.seeds import in_line, stall_and_time_out
 from tests.support.webhooks import with_a_delivery
-from tests.support.webtools import CLOCK, csrf, engine_of, seed_every_state, sql, text_of
+from tests.support.webtools import CLOCK, csrf, seed_every_state, sql, text_of
 from tests.workflows import ThreeSteps
 
 PLACEHOLDER = re.compile(r"%\(\w+\)[sd]|%[sd]")
@@ -54,15 +53,6 @@ def english_fragments(locale: str) -> list[str]:
                 if len(piece.split()) >= 3 and not any(piece in s for s in strings):
                     fragments.add(piece)
     return sorted(fragments)
-
-
-def in_line(app: Flask) -> str:
-    """A run waiting in line for its class's limit (the two before it hold the key's slots): its id."""
-    with app.app_context():
-        runs = [TenantSync.start(tenant=1) for _ in range(3)]
-    for run in runs:
-        runner.claim_attempt(engine_of(app), int(run.refresh().steps()[-1]["id"]), None)
-    return str(runs[-1].workflow_id)
 
 
 def lang(page: str) -> str:
