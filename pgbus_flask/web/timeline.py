@@ -32,10 +32,11 @@ from .i18n import C_, current_tz, duration, gettext, isolated, listed, ngettext,
 
 SERIES = ("waited", "queued", "waiting", "paused", "ran_ok", "ran_failed", "running", "cancelled")
 #: What a stretch of an attempt's bar shows, in the words of a step attempt's status (the legend sits
-#: beside the steps table: "Cancelled" is one word in both, agreed with the same noun).
+#: beside the steps table: "Cancelled" is one word in both, agreed with the same noun); the paused
+#: stretches are the run's, on a row of their own, in a run's words.
 SERIES_LABELS = {
     "waited": C_("step status", "Waited"), "queued": C_("step status", "Queued"),
-    "waiting": C_("step status", "Waiting"), "paused": C_("step status", "Paused"),
+    "waiting": C_("step status", "Waiting"), "paused": C_("run status", "Paused"),  # the run's pauses (own row)
     "ran_ok": C_("step status", "Ran OK"), "ran_failed": C_("step status", "Ran, failed"),
     "running": C_("step status", "Running"), "cancelled": C_("step status", "Cancelled"),
 }
