@@ -35,7 +35,6 @@ from tests.browser.test_browser_a11y import (
     SCHEMES,
     axe_violations,
     blocking,
-    in_line,
     open_confirm_page,
     svg_text_contrast,
 )
@@ -44,7 +43,7 @@ from tests.child_workflows import Shipment
 from tests.support import work
 from tests.support.browser import Browsing, by_testid
 from tests.support.schedule_helpers import Declare
-from tests.support.seeds import seed_insights
+from tests.support.seeds import in_line, seed_insights
 from tests.support.webhooks import with_a_delivery
 from tests.support.webtools import engine_of, seed_every_state
 
