@@ -15,7 +15,7 @@ from markupsafe import Markup, escape
 from .. import schedules
 from ..schedules import Schedule
 from .sentences import HTML, PLAIN, TEXT, badge, fill, humanize, label
-from .words import C_, N_, Words, bdi, code, markup
+from .words import C_, N_, Name, Words, bdi, code, markup
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -79,7 +79,7 @@ def timing(words: Words, s: Schedule | Mapping[str, Any]) -> Markup:
 
 def confirm(words: Words, action: str, s: Schedule, to: str = PLAIN) -> str:
     key: Any = action if action == "pause" else (action, s.missed)
-    return fill(words.ugettext(CONFIRMS[key]), to, workflow=s.workflow_class)
+    return fill(words.ugettext(CONFIRMS[key]), to, workflow=Name(s.workflow_class))
 
 
 def sentence(words: Words, event: Mapping[str, Any], to: str = HTML) -> str:

@@ -23,7 +23,7 @@ from ..queries import IDS_LIMIT, AttentionGroup
 from ..runner import ResumePlan
 from ..verbs import NP_
 from .state import Presentation
-from .words import C_, N_, Words, bdi, code, isolated, markup
+from .words import C_, N_, Name, Words, bdi, code, identifier, isolated, markup, name_tag
 
 log = logging.getLogger("pgbus_flask.web")
 
@@ -359,7 +359,7 @@ def action_button(words: Words, action: str, plan: ResumePlan | None, open_step:
     if verb.label_from_plan:
         return resume_label(words, plan)
     if verb.label_open_step and open_step:
-        return fill(words.ugettext(verb.label_open_step), HTML, step=open_step)
+        return fill(words.ugettext(verb.label_open_step), HTML, step=Name(open_step))
     return escape(label(words, ACTION_LABELS, action))
 
 
@@ -375,11 +375,14 @@ HTML = "html"
 def fill(translated: str, to: str, **values: Any) -> str:
     """A translated message with ``values`` filled in for ``to`` (:data:`PLAIN`, :data:`TEXT` or
     :data:`HTML`). Ints, and in HTML :class:`Markup` (a count the locale wrote, ``escape(words.number(n))``),
-    go in as they are; every other value is isolated."""
+    go in as they are; every other value is isolated: a :class:`Name` from code left to right, anything
+    else (someone's text) in the direction of its first strong character."""
     if to == HTML:
-        return markup(translated, **{k: v if isinstance(v, (int, Markup)) else bdi(v) for k, v in values.items()})
+        return markup(translated, **{k: v if isinstance(v, (int, Markup)) else name_tag(v) if isinstance(v, Name)
+                                     else bdi(v) for k, v in values.items()})
     if to == TEXT:
-        values = {k: v if isinstance(v, int) else isolated(v) for k, v in values.items()}
+        values = {k: v if isinstance(v, int) else identifier(v) if isinstance(v, Name) else isolated(v)
+                  for k, v in values.items()}
     return translated % values
 
 
@@ -387,7 +390,7 @@ def resume_label(words: Words, plan: ResumePlan | None) -> str:
     """The Resume button's label (HTML): what resume will do ("Retry capture", "Finish the run")."""
     if plan is None or plan.action not in RESUME_LABELS:
         return label(words, ACTION_LABELS, "resume")
-    return fill(words.ugettext(RESUME_LABELS[plan.action]), HTML, step=plan.step or "")
+    return fill(words.ugettext(RESUME_LABELS[plan.action]), HTML, step=Name(plan.step or ""))
 
 
 def audit_sentence(words: Words, event: Mapping[str, Any], to: str = PLAIN, now: datetime | None = None) -> str:
@@ -412,7 +415,7 @@ def audit_sentence(words: Words, event: Mapping[str, Any], to: str = PLAIN, now:
                         actor=event["actor"])
     if event.get("step_name"):
         sentence = fill(words.ugettext("%(sentence)s (%(step)s #%(attempt)s)"), to, sentence=sentence,
-                        step=event["step_name"], attempt=event.get("attempt") or 1)
+                        step=Name(event["step_name"]), attempt=event.get("attempt") or 1)
     reason: Any = event.get("reason")
     details = event.get("details") or {}
     if reason and to != PLAIN and isinstance(details, Mapping) and details.get("message_code"):
@@ -484,7 +487,7 @@ def bulk_confirm(words: Words, action: str, group: AttentionGroup, to: str = PLA
     run is not paused, so only the paused groups (an error class) say "paused". A group bigger
     than one call moves (or counted only up to the cap) is asked about the oldest IDS_LIMIT runs."""
     said = _bulk(action)
-    n, step, error = group.count, group.step_name, group.error_class
+    n, step, error = group.count, Name(group.step_name), Name(group.error_class) if group.error_class else None
     if group.capped or n > IDS_LIMIT:
         return fill(words.ugettext(said.oldest), to, num=escape(words.number(IDS_LIMIT)), step=step)
     values: dict[str, Any] = {"step": step, "error": error} if error else {"step": step}
@@ -503,7 +506,7 @@ def action_confirm(words: Words, action: str, workflow_class: str, step: str | N
     asked = verb.confirm if open_step or verb.confirm_no_open_step is None else verb.confirm_no_open_step
     if asked is None:
         raise ValueError(f"the dashboard asks no question for {action}")
-    question = fill(words.ugettext(asked), to, workflow=workflow_class, step=step or "")
+    question = fill(words.ugettext(asked), to, workflow=Name(workflow_class), step=Name(step or ""))
     if children and verb.children == "cancelled":
         return question + " " + words.ngettext("Its ongoing child run is cancelled too.",
                                          "Its %(num)s ongoing child runs are cancelled too.", children)
@@ -572,7 +575,7 @@ def system_message(words: Words, code_: str | None, params: Mapping[str, Any] | 
         if moment is not None:
             args[key] = words.clock_tag(moment, now) if html else words.clock_tag(moment, now).striptags()
         elif key in _NAMES:
-            args[key] = code(value if value is not None else "—") if html else isolated(value)
+            args[key] = code(value if value is not None else "—") if html else identifier(value)
         elif isinstance(value, int) and not isinstance(value, bool):  # a count or a position, as the locale writes it
             args[key] = escape(words.number(value)) if html else words.number(value)
         else:

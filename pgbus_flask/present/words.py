@@ -29,8 +29,8 @@ from ..verbs import C_, N_
 
 DOMAIN = "pgbus"
 
-__all__ = ["C_", "DOMAIN", "N_", "Words", "bdi", "catalog_dir", "code", "english", "isolated", "markup",
-           "translations_for", "words_for", "zone"]
+__all__ = ["C_", "DOMAIN", "N_", "Name", "Words", "bdi", "catalog_dir", "code", "english", "identifier", "isolated",
+           "markup", "name_tag", "translations_for", "words_for", "zone"]
 
 
 def catalog_dir() -> str:
@@ -124,6 +124,36 @@ def isolated(value: Any) -> str:
     if not any(unicodedata.bidirectional(ch) in _DIRECTIONAL for ch in text):
         return text
     return FSI + _balanced(text) + PDI
+
+
+class Name(str):
+    """A name from code (a workflow class, a step, an error class, a run id): written left to right
+    wherever it stands, so ``חשבונית.Billing`` keeps the order it has in the code inside an Arabic or
+    Hebrew sentence. :func:`~pgbus_flask.present.sentences.fill` puts it in ``<bdi dir="ltr">`` (HTML)
+    or :func:`identifier` (plain text); text someone typed stays a plain ``str`` (first strong
+    character decides)."""
+
+    __slots__ = ()
+
+
+LRI = "\u2066"
+
+
+def identifier(value: Any) -> str:
+    """A name from code for plain-text places (``<title>``, attributes, SVG text, a confirm dialog):
+    wrapped in LRI ... PDI (left to right, isolated) when its order could change, that is when it
+    holds a right-to-left or directional character or does not start with a left-to-right letter
+    (a run id such as ``070f55b4-…`` starts with digits that an Arabic line would move)."""
+    text = str(value)
+    if text and unicodedata.bidirectional(text[0]) == "L" and not any(
+            unicodedata.bidirectional(ch) in _DIRECTIONAL for ch in text):
+        return text
+    return LRI + _balanced(text) + PDI
+
+
+def name_tag(value: Any) -> Markup:
+    """A name from code in HTML: escaped ``<bdi dir="ltr">`` (see :class:`Name`)."""
+    return Markup('<bdi dir="ltr">%s</bdi>') % _balanced(str(value))
 
 
 @cache

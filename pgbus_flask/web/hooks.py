@@ -136,7 +136,7 @@ def template_context() -> dict[str, Any]:
         "signal_badge": helpers.signal_badge, "child_badge": helpers.child_badge,
         "audit_sentence": lambda e: helpers.audit_sentence(e, helpers.HTML, now), "label": helpers.label,
         "labels": helpers, "locale_url": locale_url, "states": states, "pretty": views.pretty,
-        "bdi": i18n.bdi, "isolated": i18n.isolated, **live.context(settings, now),
+        "bdi": i18n.bdi, "isolated": i18n.isolated, "identifier": i18n.identifier, **live.context(settings, now),
     }
 
 

@@ -27,8 +27,9 @@ from markupsafe import Markup
 
 from .. import states
 from ..handle import PAGE_SIZE, AttemptBucket
+from ..present.words import Name
 from .helpers import STEP_STATUS_LABELS
-from .i18n import C_, current_tz, duration, gettext, isolated, listed, ngettext, number, pgettext
+from .i18n import C_, current_tz, duration, gettext, identifier, isolated, listed, ngettext, number, pgettext
 
 SERIES = ("waited", "queued", "waiting", "paused", "ran_ok", "ran_failed", "running", "cancelled")
 #: What a stretch of an attempt's bar shows, in the words of a step attempt's status (the legend sits
@@ -167,7 +168,7 @@ def render(steps: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any
         return Markup("")
     now = _aware(now)
     rows: list[tuple[str, str, Sequence[Segment]]] = [
-        (s["step_name"], f" #{s['attempt']}", attempt_segments(s, now)) for s in steps
+        (Name(s["step_name"]), f" #{s['attempt']}", attempt_segments(s, now)) for s in steps
     ]
     paused = paused_intervals(events, now)
     if paused:
@@ -176,11 +177,13 @@ def render(steps: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any
 
 
 def _label(name: str, suffix: str = "", fit: int | None = None) -> str:
-    """``name`` (isolated: a name mixing Arabic or Hebrew with Latin keeps its own order) and
+    """``name`` (isolated: a step's :class:`~pgbus_flask.present.words.Name` left to right, so a name
+    mixing Arabic or Hebrew with Latin keeps its order; our own words in their own direction) and
     ``suffix``; with ``fit``, the name shortened with an ellipsis so that the two hold ``fit`` characters."""
+    text = name
     if fit is not None and len(name) + len(suffix) > fit:
-        name = name[:max(fit - len(suffix) - 1, 1)] + "…"
-    return f"{isolated(name)}{suffix}"
+        text = name[:max(fit - len(suffix) - 1, 1)] + "…"
+    return f"{identifier(text) if isinstance(name, Name) else isolated(text)}{suffix}"
 
 
 def bucket_series(statuses: Mapping[str, int]) -> str:
@@ -204,8 +207,8 @@ def render_buckets(buckets: Sequence[AttemptBucket], events: Sequence[Mapping[st
     shown: dict[str, str] = {}
     labels = {status: pgettext(*label) for status, label in STEP_STATUS_LABELS.items()}
     for b in buckets:
-        name = _label(b.step_name)
-        shown[name] = _label(b.step_name, fit=LABEL_CHARS)
+        name = _label(Name(b.step_name))
+        shown[name] = _label(Name(b.step_name), fit=LABEL_CHARS)
         n = sum(b.statuses.values())
         counts = listed([gettext("%(status)s: %(num)s", status=labels.get(status, status), num=number(count))
                          for status, count in sorted(b.statuses.items(), key=lambda item: -item[1])])

@@ -105,9 +105,9 @@ def test_no_subject_is_a_dash(ctx: Flask) -> None:
 ])
 def test_resume_label(ctx: Flask, plan: ResumePlan | None, label: str) -> None:
     shown = helpers.resume_label(plan)
-    assert re.sub("</?bdi>", "", shown) == label
+    assert re.sub('</?bdi( dir="ltr")?>', "", shown) == label
     if plan is not None and plan.step:
-        assert f"<bdi>{plan.step}</bdi>" in shown, "the step name is isolated"
+        assert f'<bdi dir="ltr">{plan.step}</bdi>' in shown, "the step name is isolated, left to right"
 
 
 def test_every_resume_action_has_a_label() -> None:
@@ -291,7 +291,7 @@ def test_no_attempts_no_chart() -> None:
 
 # -- text that cannot reorder the page -------------------------------------------------------------
 
-RLO, FSI, PDI = "\u202e", "\u2068", "\u2069"
+RLO, FSI, LRI, PDI = "\u202e", "\u2068", "\u2066", "\u2069"
 
 
 def test_bdi_isolates_escapes_and_closes_what_the_value_opens() -> None:
@@ -317,16 +317,30 @@ def test_sentences_isolate_their_names_in_html_and_in_confirm_dialogs(ctx: Flask
              "step_name": "capture", "attempt": 1}
     html = helpers.audit_sentence(event, helpers.HTML)
     assert isinstance(html, Markup)
-    assert html == (f"Resumed by <bdi>dashboard:{RLO}eve</bdi> (<bdi>capture</bdi> #1): "
+    assert html == (f'Resumed by <bdi>dashboard:{RLO}eve</bdi> (<bdi dir="ltr">capture</bdi> #1): '
                     f"<bdi>{RLO}&lt;i&gt;why&lt;/i&gt;</bdi>")
     assert helpers.audit_sentence(event) == f"Resumed by dashboard:{RLO}eve (capture #1): {RLO}<i>why</i>"
     hostile = AttentionGroup("OrderWorkflow", f"{RLO}capture", "paused_error", "TimeoutError", 2, NOW, NOW, "boom")
+    # a name from code is isolated left to right (LRI, <bdi dir="ltr">): its override cannot escape, and
+    # a name that mixes scripts keeps the order it has in the code inside a right-to-left sentence
     assert helpers.bulk_confirm("resume", hostile, helpers.TEXT) == (
-        f"Resume all 2 runs paused at {FSI}{RLO}capture{PDI} on TimeoutError?")
+        f"Resume all 2 runs paused at {LRI}{RLO}capture{PDI} on TimeoutError?")
     assert helpers.bulk_confirm("resume", hostile, helpers.HTML) == (
-        f"Resume all 2 runs paused at <bdi>{RLO}capture</bdi> on <bdi>TimeoutError</bdi>?")
+        f'Resume all 2 runs paused at <bdi dir="ltr">{RLO}capture</bdi> on <bdi dir="ltr">TimeoutError</bdi>?')
     assert helpers.action_confirm("skip", "Order", f"{RLO}ship", helpers.TEXT) == (
-        f"Skip {FSI}{RLO}ship{PDI} and go on with the next step?")
+        f"Skip {LRI}{RLO}ship{PDI} and go on with the next step?")
+    assert helpers.action_confirm("skip", "Billing.חשבונית", "charge_فاتورة", helpers.TEXT) == (
+        f"Skip {LRI}charge_فاتورة{PDI} and go on with the next step?")
+
+
+def test_identifier_isolates_a_name_from_code_left_to_right_when_its_order_could_change() -> None:
+    from pgbus_flask.web.i18n import identifier
+
+    assert identifier("capture") == "capture" and identifier("Billing.Invoice") == "Billing.Invoice"
+    assert identifier("חשבונית.Billing") == f"{LRI}חשבונית.Billing{PDI}", "not FSI: it would read right to left"
+    run_id = "070f55b4-dd57-479d-ba44-d282514efd58"
+    assert identifier(run_id) == f"{LRI}{run_id}{PDI}", "leading digits move in a right-to-left line"
+    assert identifier(f"x{PDI}{RLO}") == f"{LRI}x{RLO}{PDI}", "its own PDI cannot end the isolate early"
 
 
 def test_an_engine_message_without_a_code_is_isolated_in_plain_text(ctx: Flask) -> None:

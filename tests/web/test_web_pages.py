@@ -168,7 +168,7 @@ def test_run_page_of_a_failed_run(app: Flask) -> None:
     assert 'data-testid="status-badge" data-value="paused_error"' in page
     # exactly the available actions the dashboard has buttons for, resume labelled by its plan
     assert re.findall(r'data-testid="action-(\w+)"', page) == ["resume", "resume_at", "skip", "cancel"]
-    assert re.search(r'data-testid="action-resume-submit">\s*Retry <bdi>capture</bdi>\s*<', page)
+    assert re.search(r'data-testid="action-resume-submit">\s*Retry <bdi dir="ltr">capture</bdi>\s*<', page)
     assert '<option value="capture" selected>capture</option><option value="notify" >notify</option>' in \
         page.replace("\n", "")
     # its step failed: nothing open to cancel, so neither cancel nor resume at step says it cancels one
