@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 from flask import Flask
@@ -25,14 +24,12 @@ from flask import Flask
 from pgbus_flask import Workflow, step
 from pgbus_flask.config import SHIPPED_LOCALES
 from tests.support import ROOT, work
-from tests.support.browser import Browsing, by_testid
+from tests.support.browser import DESKTOP, PHONE, Browsing, by_testid, overflow
 from tests.support.seeds import stall_and_time_out
 from tests.support.webtools import engine_of
 
 pytestmark = pytest.mark.browser
 
-PHONE = {"width": 390, "height": 844}
-DESKTOP = {"width": 1280, "height": 900}
 SCREENSHOTS = Path(ROOT) / "docs" / "screenshots" / "locales"
 
 #: Words with no break opportunity wider than a phone: a German and a Finnish compound, a code identifier.
@@ -55,54 +52,6 @@ class InvoiceReconciliationWorkflow(Workflow):
     @step
     def reconcile_with_payment_provider_settlement_report(self) -> None:
         raise ZahlungsschnittstellenZeitueberschreitungsfehler(LONG_MESSAGE)
-
-
-# Elements (at most 8) drawn beyond the viewport's left or right edge, described for the failure
-# message: only the outermost of a nest (its descendants stick out because it does), and nothing
-# inside a box that clips or scrolls its overflow (that box is checked itself).
-OVERFLOW_JS = """
-() => {
-  const width = window.innerWidth;
-  const outside = (el) => {
-    const r = el.getBoundingClientRect();
-    if (r.width === 0 && r.height === 0) return false;
-    return r.right > width + 0.5 || r.left < -0.5;
-  };
-  const clipped = (el) => {
-    for (let a = el.parentElement; a && a !== document.body; a = a.parentElement) {
-      if (getComputedStyle(a).overflowX !== "visible") return true;
-    }
-    return false;
-  };
-  const describe = (el) => {
-    const r = el.getBoundingClientRect();
-    const id = el.getAttribute("data-testid");
-    const cls = el.getAttribute("class");
-    const text = (el.textContent || "").trim().replace(/\\s+/g, " ").slice(0, 60);
-    return `<${el.tagName.toLowerCase()}${id ? ` data-testid="${id}"` : ""}${cls ? ` class="${cls}"` : ""}>`
-      + ` left ${Math.round(r.left)} right ${Math.round(r.right)} (viewport ${width}): "${text}"`;
-  };
-  const culprits = [];
-  for (const el of document.body.querySelectorAll("*")) {
-    if (el.closest(".skip, .visually-hidden") || getComputedStyle(el).visibility === "hidden") continue;
-    if (!outside(el) || clipped(el)) continue;
-    if (el.parentElement && el.parentElement !== document.body && outside(el.parentElement)) continue;
-    culprits.push(describe(el));
-  }
-  return {scrollWidth: document.documentElement.scrollWidth, innerWidth: width, culprits: culprits.slice(0, 8)};
-}
-"""
-
-
-def overflow(page: Any, where: str) -> list[str]:
-    """What sticks out of the viewport on ``page`` (empty when nothing does)."""
-    found = page.evaluate(OVERFLOW_JS)
-    problems = []
-    if found["scrollWidth"] > found["innerWidth"]:
-        problems.append(f"{where}: the page scrolls sideways (scrollWidth {found['scrollWidth']}"
-                        f" > innerWidth {found['innerWidth']})")
-    problems += [f"{where}: {culprit}" for culprit in found["culprits"]]
-    return problems
 
 
 def seed(app: Flask) -> dict[str, str]:

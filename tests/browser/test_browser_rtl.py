@@ -31,17 +31,10 @@ from flask import Flask
 
 from pgbus_flask import Workflow, step
 from pgbus_flask.handle import Run
-from tests.browser.test_browser_a11y import (
-    SCHEMES,
-    axe_violations,
-    blocking,
-    open_confirm_page,
-    svg_text_contrast,
-)
-from tests.browser.test_browser_locales import DESKTOP, PHONE, overflow
 from tests.child_workflows import Shipment
 from tests.support import work
-from tests.support.browser import Browsing, by_testid
+from tests.support.axe import SCHEMES, axe_violations, blocking, open_confirm_page, svg_text_contrast
+from tests.support.browser import DESKTOP, PHONE, Browsing, by_testid, overflow
 from tests.support.schedule_helpers import Declare
 from tests.support.seeds import in_line, seed_insights
 from tests.support.webhooks import with_a_delivery

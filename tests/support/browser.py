@@ -184,3 +184,56 @@ def drain(app: Flask) -> None:
 
 def by_testid(page: Any, name: str) -> Any:
     return page.get_by_test_id(name)
+
+
+#: The viewports the layout tests load pages at: a phone and a desktop.
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 900}
+
+
+# Elements (at most 8) drawn beyond the viewport's left or right edge, described for the failure
+# message: only the outermost of a nest (its descendants stick out because it does), and nothing
+# inside a box that clips or scrolls its overflow (that box is checked itself).
+OVERFLOW_JS = """
+() => {
+  const width = window.innerWidth;
+  const outside = (el) => {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 && r.height === 0) return false;
+    return r.right > width + 0.5 || r.left < -0.5;
+  };
+  const clipped = (el) => {
+    for (let a = el.parentElement; a && a !== document.body; a = a.parentElement) {
+      if (getComputedStyle(a).overflowX !== "visible") return true;
+    }
+    return false;
+  };
+  const describe = (el) => {
+    const r = el.getBoundingClientRect();
+    const id = el.getAttribute("data-testid");
+    const cls = el.getAttribute("class");
+    const text = (el.textContent || "").trim().replace(/\\s+/g, " ").slice(0, 60);
+    return `<${el.tagName.toLowerCase()}${id ? ` data-testid="${id}"` : ""}${cls ? ` class="${cls}"` : ""}>`
+      + ` left ${Math.round(r.left)} right ${Math.round(r.right)} (viewport ${width}): "${text}"`;
+  };
+  const culprits = [];
+  for (const el of document.body.querySelectorAll("*")) {
+    if (el.closest(".skip, .visually-hidden") || getComputedStyle(el).visibility === "hidden") continue;
+    if (!outside(el) || clipped(el)) continue;
+    if (el.parentElement && el.parentElement !== document.body && outside(el.parentElement)) continue;
+    culprits.push(describe(el));
+  }
+  return {scrollWidth: document.documentElement.scrollWidth, innerWidth: width, culprits: culprits.slice(0, 8)};
+}
+"""
+
+
+def overflow(page: Any, where: str) -> list[str]:
+    """What sticks out of the viewport on ``page`` (empty when nothing does)."""
+    found = page.evaluate(OVERFLOW_JS)
+    problems = []
+    if found["scrollWidth"] > found["innerWidth"]:
+        problems.append(f"{where}: the page scrolls sideways (scrollWidth {found['scrollWidth']}"
+                        f" > innerWidth {found['innerWidth']})")
+    problems += [f"{where}: {culprit}" for culprit in found["culprits"]]
+    return problems
