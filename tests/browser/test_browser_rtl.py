@@ -48,7 +48,7 @@ CSS = Path(__file__).resolve().parents[2] / "templates" / "pgbus" / "static" / "
 CLASS = "Billing.חשבונית"
 STEP = "charge_فاتورة"
 LONG_STEP = "reconcile_with_payment_provider_settlement_report"
-FSI, PDI = "\u2068", "\u2069"
+LRI, PDI = "\u2066", "\u2069"  # a name from code is isolated left to right
 
 
 class BillingRtl(Workflow):
@@ -392,7 +392,7 @@ SHOWN_ATTRIBUTES_JS = """
 
 def mixed_name_problems(page: Any, where: str) -> list[str]:
     """``Billing.חשבונית`` and ``charge_فاتورة`` keep their order (Latin first, at the left), and the
-    sentences around them keep theirs; ``<title>`` and tooltips isolate them with FSI ... PDI."""
+    sentences around them keep theirs; ``<title>`` and tooltips isolate them left to right with LRI ... PDI."""
     problems = []
     heading = page.locator("main h1 bdi").first
     if not reads_left_to_right(heading, "Billing.", "חשבונית"):
@@ -404,16 +404,16 @@ def mixed_name_problems(page: Any, where: str) -> list[str]:
     if not reads_left_to_right(step_cell, "charge_", "فاتورة"):
         problems.append(f"{where}: the step name in the steps table is reordered")
     title = page.title()
-    if not title.startswith(f"{FSI}{CLASS}{PDI}"):
+    if not title.startswith(f"{LRI}{CLASS}{PDI}"):
         problems.append(f"{where}: the page title does not isolate the class name: {title!r}")
     tips = page.locator(".pgbus-timeline .tl-row > title").all_text_contents()
-    if f"{FSI}{STEP}{PDI} #1" not in tips:
+    if f"{LRI}{STEP}{PDI} #1" not in tips:
         problems.append(f"{where}: the timeline's tooltip does not isolate the step name: {tips!r}")
     label = page.locator(".pgbus-timeline .tl-label").filter(has_text="charge_")
     if not reads_left_to_right(label, "charge_", "فاتورة"):
         problems.append(f"{where}: the step name on the timeline is reordered")
     for value in page.evaluate(SHOWN_ATTRIBUTES_JS, [CLASS, STEP]):
-        if not any(f"{FSI}{name}{PDI}" in value for name in (CLASS, STEP) if name in value):
+        if not any(f"{LRI}{name}{PDI}" in value for name in (CLASS, STEP) if name in value):
             problems.append(f"{where}: an attribute shown to the reader does not isolate the name: {value!r}")
     shortened = [t for t in page.locator(".pgbus-timeline .tl-label").all_text_contents() if t.startswith("reconcile")]
     if not (len(shortened) == 1 and "…" in shortened[0] and LONG_STEP not in shortened[0]):
