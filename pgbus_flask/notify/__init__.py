@@ -105,13 +105,15 @@ def _report(engine: Engine, exc: BaseException, where: str, context: dict[str, A
                      workflow_class=context.get("workflow_class"), step=context.get("step"))
 
 
-def group_runs(conn: Any, group: tuple[str, str, str, str]) -> tuple[int, str | None]:
-    """How many runs of an attention group need a person now, and its newest error message."""
+def group_runs(conn: Any, group: tuple[str, str, str, str]) -> tuple[int, str | None, int]:
+    """How many runs of an attention group need a person now, its newest error message, and how many
+    of those runs have the notice of their entering still in the outbox (read in the same statement:
+    a later pump takes those notices, and must not count those runs again)."""
     workflow_class, step, reason, error_class = group
     name = "notify_group_runs_due" if reason in ("overdue", "waiting_overdue") else "notify_group_runs_paused"
     row = db.fetch_one(conn, name, {"workflow_class": workflow_class, "step": step, "reason": reason,
                                     "error_class": error_class})
-    return (int(row["runs"]), row["error_message"]) if row else (0, None)
+    return (int(row["runs"]), row["error_message"], int(row["pending"])) if row else (0, None, 0)
 
 
 # -- targets ------------------------------------------------------------------------
@@ -192,16 +194,22 @@ def _turn(engine: Engine, tx: db.Transaction, targets: tuple[Target, ...], notic
     for row in db.fetch_all(tx, "notify_due_groups", (BATCH,)):
         entered.setdefault((row["workflow_class"], row["step"], row["reason"], row["error_class"]), 0)
     for group, count in entered.items():
-        runs, error_message = group_runs(tx, group)
+        runs, error_message, pending = group_runs(tx, group)
         for target in targets:
             if target.wants("attention", group[0]):
-                made += _tell(engine, tx, target, group, runs, count, error_message, now, done)
+                made += _tell(engine, tx, target, group, (runs, pending), count, error_message, now, done)
     return made
 
 
-def _tell(engine: Engine, tx: db.Transaction, target: Target, group: tuple[str, str, str, str], runs: int,
-          entered: int, error_message: str | None, now: datetime, done: Pumped) -> list[int]:
-    """What ``target`` is told about ``group`` now: opened, grew or resolved, or nothing (yet)."""
+def _tell(engine: Engine, tx: db.Transaction, target: Target, group: tuple[str, str, str, str],
+          counted: tuple[int, int], entered: int, error_message: str | None, now: datetime,
+          done: Pumped) -> list[int]:
+    """What ``target`` is told about ``group`` now: opened, grew or resolved, or nothing (yet).
+
+    ``counted`` is the group's runs now and how many of them a notice still in the outbox will
+    announce again; "opened" counts every run there is, so those notices are owed back: the group's
+    ``entered`` starts below zero by that many, and a run is counted by one message only."""
+    runs, pending = counted
     state = db.fetch_one(tx, "notify_group_state", (target.name, *group)) or {
         "is_open": False, "told_runs": 0, "entered": 0, "told_at": None, "due_at": None}
     entered_since = state["entered"] + entered
@@ -215,7 +223,9 @@ def _tell(engine: Engine, tx: db.Transaction, target: Target, group: tuple[str, 
         event = None
     save = {"target": target.name, "workflow_class": group[0], "step": group[1], "reason": group[2],
             "error_class": group[3], "is_open": state["is_open"], "told_runs": state["told_runs"],
-            "entered": 0 if event is None else entered_since, "told_at": state["told_at"], "due_at": None}
+            # a closed group with no run forgets what entered and left untold; an open one keeps what it owes
+            "entered": 0 if event is None and not state["is_open"] else entered_since, "told_at": state["told_at"],
+            "due_at": None}
     made = []
     if event is not None:
         allowed_at = state["told_at"] + engine.settings.notify_interval if state["told_at"] else now
@@ -223,7 +233,8 @@ def _tell(engine: Engine, tx: db.Transaction, target: Target, group: tuple[str, 
             data = messages.group_message(engine.settings, event, group, runs=runs, entered=entered_since,
                                           error_message=error_message)
             made.append(_add(engine, tx, target, event, data, now))
-            save.update(is_open=runs > 0, told_runs=runs, entered=0, told_at=now)
+            owed = pending if event == messages.GROUP_OPENED else 0
+            save.update(is_open=runs > 0, told_runs=runs, entered=-owed, told_at=now)
         else:
             save["due_at"] = allowed_at
             done.next_due = min(done.next_due or allowed_at, allowed_at)

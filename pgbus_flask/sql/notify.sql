@@ -42,8 +42,13 @@ ON CONFLICT (target, workflow_class, step, reason, error_class) DO UPDATE SET
     told_at = EXCLUDED.told_at, due_at = EXCLUDED.due_at;
 
 -- name: notify_group_runs_paused
--- How many runs of one paused attention group (class, step, reason, error class) there are, and the newest one's error message.
+-- How many runs of one paused attention group (class, step, reason, error class) there are, the newest one's error
+-- message, and how many of them have an entering notice still in the outbox (seen in the same snapshot as the count).
 SELECT count(*) AS runs,
+       count(*) FILTER (WHERE EXISTS (
+         SELECT 1 FROM pgbus_notices n WHERE n.workflow_id = w.workflow_id AND n.kind = 'run_needs_attention'
+            AND n.workflow_class = %(workflow_class)s AND COALESCE(n.step, '') = %(step)s
+            AND COALESCE(n.reason, '') = %(reason)s AND COALESCE(n.error_class, '') = %(error_class)s)) AS pending,
        (SELECT s.error_message FROM pgbus_workflows w2 JOIN pgbus_workflow_steps s ON s.id = w2.attention_step_id
          WHERE w2.workflow_class = %(workflow_class)s AND w2.current_step = %(step)s
            AND w2.attention_reason IN ('stalled', 'paused_error', 'paused_manual') AND w2.attention_reason = %(reason)s
@@ -55,8 +60,13 @@ WHERE w.workflow_class = %(workflow_class)s AND w.current_step = %(step)s
   AND COALESCE(w.attention_error_class, '') = %(error_class)s AND w.status = 'paused';
 
 -- name: notify_group_runs_due
--- How many runs of one overdue or waiting_overdue attention group the sweep announced (past their threshold).
-SELECT count(*) AS runs, NULL::text AS error_message
+-- How many runs of one overdue or waiting_overdue attention group the sweep announced (past their threshold), and how
+-- many of them have an entering notice still in the outbox.
+SELECT count(*) AS runs, NULL::text AS error_message,
+       count(*) FILTER (WHERE EXISTS (
+         SELECT 1 FROM pgbus_notices n WHERE n.workflow_id = w.workflow_id AND n.kind = 'run_needs_attention'
+            AND n.workflow_class = %(workflow_class)s AND COALESCE(n.step, '') = %(step)s
+            AND COALESCE(n.reason, '') = %(reason)s AND COALESCE(n.error_class, '') = %(error_class)s)) AS pending
 FROM pgbus_workflows w
 WHERE w.attention_reason IN ('overdue', 'waiting_overdue') AND w.attention_reason = %(reason)s
   AND w.workflow_class = %(workflow_class)s AND w.current_step = %(step)s
