@@ -108,9 +108,10 @@ def accepted(offered: tuple[str, ...]) -> str | None:
 
 
 #: Browser tags that name a script by their region or alone: "zh-CN" and "zh" are written in
-#: simplified characters (zh-Hans); "zh-TW" and "zh-HK" are not, and match nothing we ship.
+#: simplified characters (zh-Hans); "zh-TW" and "zh-HK" are not, so they are absent and match nothing
+#: we ship ("zh", their language alone, is not an offered tag).
 _SCRIPTS = {"zh": "zh-hans", "zh-cn": "zh-hans", "zh-sg": "zh-hans", "zh-my": "zh-hans",
-            "zh-hans-cn": "zh-hans", "zh-hans-sg": "zh-hans", "zh-tw": "-", "zh-hk": "-", "zh-mo": "-"}
+            "zh-hans-cn": "zh-hans", "zh-hans-sg": "zh-hans"}
 
 
 def current_locale() -> str:
