@@ -301,6 +301,17 @@ def send(engine: Engine, deliveries: list[int], at: datetime | None = None) -> N
     except Exception as exc:
         _report(engine, exc, "enqueue", {})  # first: Sentry's dedupe then drops the log line's untagged copy
         log.exception("pgbus: deliveries %s could not be enqueued; the sweep will send them", deliveries)
+        _not_enqueued(engine, deliveries)
+
+
+def _not_enqueued(engine: Engine, deliveries: list[int]) -> None:
+    """Deliveries known to have no job (Redis refused it): the next sweep sends them again, rather
+    than after :data:`LOST_AFTER`, the wait for a job Redis may still hold."""
+    try:
+        with engine.db.transaction() as tx:
+            db.run(tx, "notify_not_enqueued", (LOST_AFTER.total_seconds(), deliveries))
+    except Exception:
+        log.exception("pgbus: deliveries %s are sent again only after %s", deliveries, LOST_AFTER)
 
 
 def deliver(engine: Engine, delivery_id: int) -> str | None:

@@ -98,6 +98,11 @@ UPDATE pgbus_deliveries SET status = CASE WHEN %s::timestamptz > created_at + in
                             response_status = %s, response_body = %s, last_error = %s
 WHERE id = %s AND status = 'sending' RETURNING status;
 
+-- name: notify_not_enqueued
+-- Due deliveries whose job Redis refused: due as long ago as a lost one, so the next sweep sends them again.
+UPDATE pgbus_deliveries SET next_attempt_at = now() - make_interval(secs => %s)
+WHERE id = ANY(%s) AND status = 'pending' AND next_attempt_at <= now();
+
 -- name: notify_lost_deliveries
 -- Deliveries due a while ago (their job lost with Redis, or their try's worker gone): to be sent again.
 SELECT id FROM pgbus_deliveries

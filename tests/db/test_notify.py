@@ -308,6 +308,32 @@ def test_a_message_written_before_redis_was_lost_is_delivered_by_the_sweep(pg_ur
         engine.close()
 
 
+def test_a_message_redis_refused_is_sent_by_the_next_sweep_not_a_minute_later(
+        pg_url: str, redis_url: str, clean: None, receiver: Receiver) -> None:
+    """A delivery whose job could not be enqueued (Redis down) is known to have none: the first sweep
+    after Redis is back sends it, without waiting LOST_AFTER for a job Redis might still hold."""
+    engine = hooked(pg_url, redis_url, receiver)
+    try:
+        run = ThreeSteps.start(order_id=1)
+        run.pause(reason="a look first")
+        engine.redis.flushdb()
+        real = engine.queue
+
+        def refused(name: str) -> Any:
+            raise ConnectionError("Redis is down")
+
+        engine.queue = refused  # type: ignore[method-assign]
+        notify.pump(engine)  # the delivery is made; its job cannot be enqueued
+        engine.queue = real  # type: ignore[method-assign]
+        assert receiver.received == [] and notify.recent_deliveries(engine)[0]["status"] == "pending"
+        sweep(engine)  # Redis is back: the very next sweep sends it
+        wait_until(lambda: work(engine) == 0 and len(receiver.received) == 1, timeout=10,
+                   message="the message the sweep sent again")
+        assert [b["type"] for b in receiver.bodies()] == ["attention_group.opened"]
+    finally:
+        engine.close()
+
+
 def test_a_slack_target_gets_the_sentence_and_a_link(pg_url: str, redis_url: str, clean: None,
                                                      receiver: Receiver) -> None:
     engine = hooked(pg_url, redis_url, receiver, target={"format": "slack", "secret": None})
