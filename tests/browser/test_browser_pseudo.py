@@ -18,7 +18,7 @@ import pytest
 from flask import Flask
 
 from pgbus_flask import engine as engine_module
-from tests.support.browser import Browsing, by_testid, serve
+from tests.support.browser import Browsing, by_testid, overflow, serve
 from tests.support.pseudo import OPEN, extract, install, pseudo_catalog
 from tests.support.pseudo_pages import app_with, page_urls, seed_pages
 from tests.support.schedule_helpers import Declare
@@ -98,6 +98,7 @@ def cut_off(page: Any, where: str) -> list[str]:
     if found["scrollWidth"] > found["innerWidth"]:
         problems.insert(0, f"{where}: the page scrolls sideways (scrollWidth {found['scrollWidth']} > innerWidth "
                            f"{found['innerWidth']})")
+        problems[1:1] = overflow(page, where)[1:]  # and what sticks out, so a failure names its element
     return problems
 
 
